@@ -1,0 +1,164 @@
+"""``manifest.json``: what a shard directory holds, written by ``cll-shards build`` and read by
+everything downstream (stream, trainer, evaluation). The schema is defined here, once.
+
+A shard directory::
+
+    manifest.json
+    spm.model                      joint SentencePiece model, <2xx> tags as control symbols
+    <split>/<src>-<tgt>.<k>.arrow  Arrow IPC files, one direction each, record batches of
+                                   ``block_rows`` rows (the last one may be shorter)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cll_scale.languages import Direction
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class ManifestError(ValueError):
+    """A shard directory is missing, damaged, or does not match its manifest."""
+
+
+def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Shard:
+    file: str            # relative to the shard directory
+    direction: str       # "src-tgt"
+    rows: int
+    src_tokens: int      # subword tokens, without tag and eos
+    tgt_tokens: int
+    bytes: int
+    sha256: str
+
+
+@dataclass
+class SplitInfo:
+    role: str                                    # "train", "valid" or "test"
+    shards: list[Shard] = field(default_factory=list)
+    # direction -> reason -> number of input lines not written (never dropped silently)
+    filtered: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def directions(self) -> list[str]:
+        return sorted({s.direction for s in self.shards})
+
+    def rows(self, direction: str | None = None) -> int:
+        return sum(s.rows for s in self.shards if direction in (None, s.direction))
+
+
+@dataclass
+class TokenizerInfo:
+    file: str
+    sha256: str
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    lang_tag_ids: dict[str, int]     # language -> id of its <2xx> control symbol
+
+
+@dataclass
+class Manifest:
+    languages: list[str]
+    central_language: str | None
+    supervised: list[str]
+    zero_shot: list[str]
+    tokenizer: TokenizerInfo
+    splits: dict[str, SplitInfo]
+    block_rows: int
+    max_tokens: int
+    source: dict = field(default_factory=dict)
+    created_by: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    # -- identity ---------------------------------------------------------------------------
+    def lang_id(self, code: str) -> int:
+        try:
+            return self.languages.index(code)
+        except ValueError:
+            raise ManifestError(f"unknown language {code!r}; this data has "
+                                f"{', '.join(self.languages)}") from None
+
+    def is_zero_shot(self, direction: str | Direction) -> bool:
+        return str(direction) in self.zero_shot
+
+    # -- (de)serialisation ------------------------------------------------------------------
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["directions"] = {"supervised": d.pop("supervised"), "zero_shot": d.pop("zero_shot")}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Manifest":
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ManifestError(f"manifest schema version {version!r} is not supported "
+                                f"(this cll-scale reads version {SCHEMA_VERSION})")
+        d = dict(d)
+        dirs = d.pop("directions")
+        splits = {name: SplitInfo(role=s["role"], shards=[Shard(**x) for x in s["shards"]],
+                                  filtered=s.get("filtered", {}))
+                  for name, s in d.pop("splits").items()}
+        return cls(supervised=dirs["supervised"], zero_shot=dirs["zero_shot"],
+                   tokenizer=TokenizerInfo(**d.pop("tokenizer")), splits=splits, **d)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        path = Path(directory) / MANIFEST
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> "Manifest":
+        path = Path(directory) / MANIFEST
+        if not path.is_file():
+            raise ManifestError(f"{directory}: no {MANIFEST} (not a shard directory built by cll-shards, "
+                                f"or an interrupted build)")
+        try:
+            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ManifestError(f"{path}: damaged manifest ({type(err).__name__}: {err})") from None
+
+    # -- integrity --------------------------------------------------------------------------
+    def check_files(self, directory: str | os.PathLike, full: bool = True,
+                    splits: list[str] | None = None) -> list[str]:
+        """Return a list of problems (empty if all is well). ``full`` hashes every byte;
+        otherwise only presence and sizes are checked (cheap enough for every start)."""
+        directory = Path(directory)
+        problems = []
+        tok = directory / self.tokenizer.file
+        if not tok.is_file():
+            problems.append(f"{tok}: tokenizer missing")
+        elif full and sha256_file(tok) != self.tokenizer.sha256:
+            problems.append(f"{tok}: sha256 differs from the manifest (tokenizer changed or damaged)")
+        for name, split in self.splits.items():
+            if splits is not None and name not in splits:
+                continue
+            for shard in split.shards:
+                path = directory / shard.file
+                if not path.is_file():
+                    problems.append(f"{path}: shard missing")
+                elif path.stat().st_size != shard.bytes:
+                    problems.append(f"{path}: {path.stat().st_size} bytes, manifest says {shard.bytes} (truncated?)")
+                elif full and sha256_file(path) != shard.sha256:
+                    problems.append(f"{path}: sha256 differs from the manifest (damaged shard)")
+        return problems
+
+    def verify(self, directory: str | os.PathLike, full: bool = True, splits: list[str] | None = None) -> None:
+        problems = self.check_files(directory, full, splits)
+        if problems:
+            raise ManifestError("shard directory does not match its manifest:\n  " + "\n  ".join(problems))

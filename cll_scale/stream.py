@@ -1,0 +1,335 @@
+"""The training stream: shards → language-grouped, length-bucketed token-budget microbatches.
+
+Properties (DESIGN.md, "Shards"):
+
+* **Disjoint ranks.** Every record batch ("block") of a shard is cut into ``world_size``
+  contiguous slices; rank ``r`` only ever reads slice ``r``.
+* **Temperature sampling over directions.** Each microbatch comes from one direction, drawn with
+  probability ``q_d ∝ n_d^(1/T)`` (``T=1``: proportional to size, ``T→∞``: uniform). The draw for
+  step ``k`` depends only on ``(seed, k)``, so all ranks train the same direction — hence the
+  same target language — at the same step: the LSL of paper Eq. (3) is one plain matmul and
+  every rank touches the same parameters.
+* **Shuffling with bounded memory.** Per direction and epoch the blocks are permuted; a *pool*
+  of ``pool_blocks`` consecutive blocks is loaded, its rows shuffled, sorted by length
+  (bucketing keeps padding low), cut into token-budget batches, and the batches shuffled.
+  Memory holds one pool per direction, whatever the corpus size.
+* **Exact resume.** The state is a few integers per direction (epoch, pool, batch in pool)
+  plus the step counter; everything else is recomputed from the seed.
+
+Batches carry ``src_tokens`` = ``<2tgt>`` (optional) + source ids + eos, ``tgt_tokens`` =
+target ids + eos, right-padded with the pad id, and the integer ``src_lang``/``tgt_lang``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from cll_scale.manifest import Manifest, ManifestError
+
+_SAMPLER_CHUNK = 4096
+STATE_VERSION = 1
+
+
+@dataclass
+class StreamConfig:
+    split: str = "train"
+    max_tokens: int = 4096          # per microbatch: sentences × padded max(src, tgt) length
+    max_sentences: int = 0          # 0: no cap
+    temperature: float = 5.0        # direction sampling temperature
+    pool_blocks: int = 8            # blocks shuffled and bucketed together
+    seed: int = 1
+    add_lang_tag: bool = True       # paper §5.2 trains without tags as an ablation
+    directions: list[str] | None = None   # a subset of the split's directions
+    verify: str = "size"            # "size", "full" (sha256) or "none": checked at start
+
+    def __post_init__(self):
+        if self.max_tokens < 1 or self.max_sentences < 0 or self.pool_blocks < 1:
+            raise ValueError("max_tokens and pool_blocks must be >= 1, max_sentences >= 0")
+        if self.temperature <= 0:
+            raise ValueError("temperature must be > 0")
+        if self.verify not in ("size", "full", "none"):
+            raise ValueError("verify must be 'size', 'full' or 'none'")
+
+
+@dataclass
+class Batch:
+    src_tokens: torch.Tensor        # (B, S) int64
+    tgt_tokens: torch.Tensor        # (B, T) int64, ends with eos
+    src_lang: torch.Tensor          # (B,) int64, index into manifest.languages
+    tgt_lang: torch.Tensor          # (B,) int64; one value in a training batch
+    direction: str
+    ntokens: int                    # non-pad target tokens (the loss denominator)
+
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return Batch(move(self.src_tokens), move(self.tgt_tokens), move(self.src_lang),
+                     move(self.tgt_lang), self.direction, self.ntokens)
+
+    def __len__(self) -> int:
+        return self.src_tokens.shape[0]
+
+
+@dataclass
+class _Pool:
+    """The rows of one pool that belong to this rank, as flat id arrays."""
+    src_len: np.ndarray
+    src_start: np.ndarray
+    src_vals: np.ndarray
+    tgt_len: np.ndarray
+    tgt_start: np.ndarray
+    tgt_vals: np.ndarray
+    batches: list[np.ndarray] = field(default_factory=list)
+
+
+def _list_column(arr: pa.ListArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    offsets = arr.offsets.to_numpy()
+    values = arr.values.to_numpy()
+    return np.diff(offsets).astype(np.int64), offsets[:-1].astype(np.int64) - offsets[0], values[offsets[0]:offsets[-1]]
+
+
+def _gather_padded(starts: np.ndarray, lens: np.ndarray, vals: np.ndarray, width: int, pad: int,
+                   prefix: np.ndarray | None, eos: int) -> np.ndarray:
+    """(B, width) int64 matrix: [prefix] + vals[start:start+len] + [eos], right-padded."""
+    b = len(lens)
+    out = np.full((b, width), pad, dtype=np.int64)
+    off = 0 if prefix is None else 1
+    if prefix is not None:
+        out[:, 0] = prefix
+    total = int(lens.sum())
+    if total:
+        rows = np.repeat(np.arange(b), lens)
+        first = np.cumsum(lens) - lens
+        cols = np.arange(total) - np.repeat(first, lens)
+        out[rows, cols + off] = vals[np.repeat(starts, lens) + cols]
+    out[np.arange(b), lens + off] = eos
+    return out
+
+
+class ShardStream:
+    """Endless iterator of training :class:`Batch` es for one rank. See the module docstring."""
+
+    def __init__(self, shard_dir: str | Path, cfg: StreamConfig | None = None, rank: int = 0,
+                 world_size: int = 1):
+        self.dir = Path(shard_dir)
+        self.cfg = cfg or StreamConfig()
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world of size {world_size}")
+        self.rank, self.world = rank, world_size
+        self.manifest = m = Manifest.load(self.dir)
+        if self.cfg.verify != "none":
+            m.verify(self.dir, full=self.cfg.verify == "full", splits=[self.cfg.split])
+        if self.cfg.split not in m.splits:
+            raise ManifestError(f"{self.dir}: no split {self.cfg.split!r} (has {', '.join(m.splits)})")
+        split = m.splits[self.cfg.split]
+        names = self.cfg.directions or split.directions()
+        unknown = [d for d in names if d not in split.directions()]
+        if unknown:
+            raise ManifestError(f"{self.dir}: split {self.cfg.split!r} has no direction {', '.join(unknown)}")
+        longest = m.max_tokens + 2
+        if self.cfg.max_tokens < longest:
+            raise ValueError(f"max_tokens {self.cfg.max_tokens} cannot hold the longest pair this data "
+                             f"allows ({m.max_tokens} tokens + tag + eos = {longest})")
+        self.directions = list(names)
+        tok = m.tokenizer
+        self.pad, self.eos = tok.pad_id, tok.eos_id
+        # Per direction: its blocks as (file, record batch index, rows).
+        self.blocks: list[list[tuple[str, int, int]]] = []
+        rows = []
+        for d in self.directions:
+            blocks = []
+            for shard in (s for s in split.shards if s.direction == d):
+                n_blocks = -(-shard.rows // m.block_rows)
+                for i in range(n_blocks):
+                    blocks.append((shard.file, i, min(m.block_rows, shard.rows - i * m.block_rows)))
+            self.blocks.append(blocks)
+            rows.append(sum(b[2] for b in blocks))
+            if rows[-1] < world_size:
+                raise ManifestError(f"direction {d} has {rows[-1]} rows, fewer than the {world_size} ranks")
+        self.rows = np.array(rows, dtype=np.int64)
+        q = self.rows.astype(np.float64) ** (1.0 / self.cfg.temperature)
+        self.probs = q / q.sum()
+        src, tgt = zip(*(d.split("-") for d in self.directions))
+        self.src_lang = [m.lang_id(x) for x in src]
+        self.tgt_lang = [m.lang_id(x) for x in tgt]
+        self.tag_ids = [tok.lang_tag_ids[x] for x in tgt]
+        self.rank_rows = np.array([sum(self._slice(n)[1] - self._slice(n)[0] for _, _, n in b)
+                                   for b in self.blocks])
+        for d, n in zip(self.directions, self.rank_rows):
+            if n == 0:
+                raise ManifestError(f"direction {d}: rank {rank} of {world_size} owns no rows "
+                                    f"(blocks smaller than the world size)")
+        self.step = 0
+        self.rows_seen = 0
+        self.cursor = [[0, 0, 0] for _ in self.directions]   # epoch, pool, batch within pool
+        self._pools: dict[int, tuple[tuple[int, int], _Pool]] = {}
+        self._sampler_cache: tuple[int, np.ndarray] | None = None
+        self._readers = lru_cache(maxsize=64)(self._open)
+
+    # -- state ----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"version": STATE_VERSION, "seed": self.cfg.seed, "rank": self.rank, "world_size": self.world,
+                "directions": list(self.directions), "step": self.step, "rows_seen": self.rows_seen,
+                "cursor": [list(c) for c in self.cursor]}
+
+    def load_state_dict(self, state: dict, strict_world: bool = True) -> None:
+        """Restore a saved position. At another world size the ranks' slices differ, so each
+        direction restarts at the beginning of its current pool (``strict_world=False``)."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"stream state version {state.get('version')!r} is not {STATE_VERSION}")
+        if state["directions"] != self.directions or state["seed"] != self.cfg.seed:
+            raise ValueError("stream state was saved for other directions or another seed")
+        same = state["world_size"] == self.world and state["rank"] == self.rank
+        if not same and strict_world:
+            raise ValueError(f"stream state is for rank {state['rank']} of {state['world_size']}, "
+                             f"this is rank {self.rank} of {self.world}")
+        self.step, self.rows_seen = int(state["step"]), int(state["rows_seen"])
+        self.cursor = [[int(e), int(p), int(b) if same else 0] for e, p, b in state["cursor"]]
+        self._pools.clear()
+
+    @property
+    def epoch(self) -> float:
+        """Rows consumed by this rank ÷ rows it owns (temperature sampling makes directions
+        run through their data at different speeds)."""
+        return self.rows_seen / max(1, int(self.rank_rows.sum()))
+
+    # -- iteration ------------------------------------------------------------------------
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Batch:
+        d = self._direction_at(self.step)
+        batch = self._next_from(d)
+        self.step += 1
+        return batch
+
+    def _direction_at(self, step: int) -> int:
+        chunk = step // _SAMPLER_CHUNK
+        if self._sampler_cache is None or self._sampler_cache[0] != chunk:
+            rng = np.random.default_rng([self.cfg.seed, 0x5A3, chunk])
+            self._sampler_cache = (chunk, rng.choice(len(self.directions), _SAMPLER_CHUNK, p=self.probs))
+        return int(self._sampler_cache[1][step % _SAMPLER_CHUNK])
+
+    def _next_from(self, d: int) -> Batch:
+        while True:
+            epoch, pool_idx, batch_idx = self.cursor[d]
+            n_pools = -(-len(self.blocks[d]) // self.cfg.pool_blocks)
+            if pool_idx >= n_pools:
+                self.cursor[d] = [epoch + 1, 0, 0]
+                continue
+            pool = self._pool(d, epoch, pool_idx)
+            if batch_idx >= len(pool.batches):
+                self.cursor[d] = [epoch, pool_idx + 1, 0]
+                continue
+            self.cursor[d] = [epoch, pool_idx, batch_idx + 1]
+            rows = pool.batches[batch_idx]
+            self.rows_seen += len(rows)
+            return self._collate(d, pool, rows)
+
+    def _slice(self, n: int) -> tuple[int, int]:
+        return self.rank * n // self.world, (self.rank + 1) * n // self.world
+
+    def _open(self, file: str):
+        return pa.ipc.open_file(pa.OSFile(str(self.dir / file)))
+
+    def _pool(self, d: int, epoch: int, pool_idx: int) -> _Pool:
+        cached = self._pools.get(d)
+        if cached and cached[0] == (epoch, pool_idx):
+            return cached[1]
+        order = np.random.default_rng([self.cfg.seed, d, epoch]).permutation(len(self.blocks[d]))
+        chosen = order[pool_idx * self.cfg.pool_blocks:(pool_idx + 1) * self.cfg.pool_blocks]
+        src, tgt = [], []
+        for b in sorted(chosen):   # file order: sequential reads
+            file, index, n = self.blocks[d][b]
+            lo, hi = self._slice(n)
+            if hi > lo:
+                rb = self._readers(file).get_batch(index)
+                src.append(rb.column("src_ids").slice(lo, hi - lo))
+                tgt.append(rb.column("tgt_ids").slice(lo, hi - lo))
+        pool = _Pool(*_concat_lists(src), *_concat_lists(tgt))
+        pool.batches = self._plan(pool, np.random.default_rng([self.cfg.seed, d, epoch, pool_idx, self.rank]))
+        self._pools[d] = ((epoch, pool_idx), pool)
+        return pool
+
+    def _plan(self, pool: _Pool, rng: np.random.Generator) -> list[np.ndarray]:
+        """Shuffle, sort by length, cut into token-budget batches, shuffle the batches."""
+        cost = _row_cost(pool, self.cfg.add_lang_tag)
+        perm = rng.permutation(len(cost))
+        order = perm[np.argsort(cost[perm], kind="stable")]
+        batches = _cut(order, cost, self.cfg.max_tokens, self.cfg.max_sentences)
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def _collate(self, d: int, pool: _Pool, rows: np.ndarray) -> Batch:
+        return _collate(pool, rows, self.tag_ids[d] if self.cfg.add_lang_tag else None,
+                        self.src_lang[d], self.tgt_lang[d], self.directions[d], self.pad, self.eos)
+
+
+def _row_cost(pool: _Pool, add_lang_tag: bool) -> np.ndarray:
+    """Padded length a row needs: source + tag + eos, or target + eos."""
+    return np.maximum(pool.src_len + (2 if add_lang_tag else 1), pool.tgt_len + 1)
+
+
+def _cut(order: np.ndarray, cost: np.ndarray, max_tokens: int, max_sentences: int) -> list[np.ndarray]:
+    """Greedy token-budget batches over rows sorted by ascending cost."""
+    cap = max_sentences or len(order)
+    batches, start = [], 0
+    for i, c in enumerate(cost[order].tolist()):
+        # Ascending order: the newest row is the longest, so the batch would cost (n+1) * c.
+        if i > start and ((i - start + 1) * c > max_tokens or i - start >= cap):
+            batches.append(order[start:i])
+            start = i
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+def _collate(pool: _Pool, rows: np.ndarray, tag: int | None, src_lang: int, tgt_lang: int,
+             direction: str, pad: int, eos: int) -> Batch:
+    s_len, t_len = pool.src_len[rows], pool.tgt_len[rows]
+    n = len(rows)
+    prefix = None if tag is None else np.full(n, tag)
+    src = _gather_padded(pool.src_start[rows], s_len, pool.src_vals,
+                         int(s_len.max()) + 1 + (prefix is not None), pad, prefix, eos)
+    tgt = _gather_padded(pool.tgt_start[rows], t_len, pool.tgt_vals, int(t_len.max()) + 1, pad, None, eos)
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt),
+                 torch.full((n,), src_lang, dtype=torch.long), torch.full((n,), tgt_lang, dtype=torch.long),
+                 direction, int(t_len.sum()) + n)
+
+
+def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: int = 4096,
+                 rank: int = 0, world_size: int = 1, add_lang_tag: bool = True):
+    """Every row of one direction of an evaluation split exactly once, in length-sorted
+    token-budget batches (no shuffling, no sampling); ranks get disjoint contiguous slices."""
+    m = Manifest.load(shard_dir)
+    if split not in m.splits or direction not in m.splits[split].directions():
+        raise ManifestError(f"{shard_dir}: no direction {direction} in split {split!r}")
+    parts_src, parts_tgt = [], []
+    for shard in (s for s in m.splits[split].shards if s.direction == direction):
+        table = pa.ipc.open_file(pa.OSFile(str(Path(shard_dir) / shard.file))).read_all()
+        parts_src += table.column("src_ids").chunks
+        parts_tgt += table.column("tgt_ids").chunks
+    pool = _Pool(*_concat_lists(parts_src), *_concat_lists(parts_tgt))
+    n = len(pool.src_len)
+    lo, hi = rank * n // world_size, (rank + 1) * n // world_size
+    cost = _row_cost(pool, add_lang_tag)
+    rows = np.arange(lo, hi)
+    order = rows[np.argsort(cost[rows], kind="stable")]
+    src, tgt = direction.split("-")
+    tag = m.tokenizer.lang_tag_ids[tgt] if add_lang_tag else None
+    for batch_rows in _cut(order, cost, max_tokens, 0):
+        yield _collate(pool, batch_rows, tag, m.lang_id(src), m.lang_id(tgt), direction,
+                       m.tokenizer.pad_id, m.tokenizer.eos_id)
+
+
+def _concat_lists(parts: list[pa.ListArray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, np.zeros(0, np.int32)
+    lens, starts, vals = zip(*(_list_column(p) for p in parts))
+    shift = np.cumsum([0] + [len(v) for v in vals[:-1]])
+    return (np.concatenate(lens), np.concatenate([s + k for s, k in zip(starts, shift)]),
+            np.concatenate(vals))

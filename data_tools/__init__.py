@@ -1,0 +1,1 @@
+"""Corpus → shards: the first stage of the cll-scale data flow (``cll-shards``)."""

@@ -1,0 +1,218 @@
+"""``cll-shards build``: corpus → SentencePiece model + Arrow shards + manifest.
+
+Everything is written into a hidden temporary directory beside the output and renamed into
+place at the very end, so an interrupted or failed build never looks complete, and
+``--overwrite`` replaces an old build only once the new one is whole.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import sentencepiece as spm
+from tqdm.auto import tqdm
+
+from cll_scale.languages import Direction, lang_tag
+from cll_scale.manifest import Manifest, Shard, SplitInfo, TokenizerInfo, sha256_file
+from data_tools.sources import Corpus, CorpusError
+from data_tools.tokenizer import check_sentencepiece, train_sentencepiece
+
+ID_LIST = pa.list_(pa.int32())
+
+
+@dataclass
+class BuildConfig:
+    out_dir: str
+    overwrite: bool = False
+    spm_model: str | None = None        # reuse this model instead of learning one
+    vocab_size: int = 8000
+    model_type: str = "bpe"             # bpe trains in seconds; unigram in minutes (ECOSYSTEM.md)
+    spm_temperature: float = 5.0
+    spm_sentences: int = 1_000_000
+    character_coverage: float = 0.9995
+    max_tokens: int = 256               # longer training pairs are filtered (and counted)
+    block_rows: int = 1024              # rows per Arrow record batch: the unit of shuffling
+    shard_rows: int = 1_000_000         # rows per shard file at most
+    compression: str | None = "zstd"
+    seed: int = 1
+    threads: int = 2
+
+    def __post_init__(self):
+        if self.block_rows < 1 or self.shard_rows < self.block_rows:
+            raise ValueError("need 1 <= block_rows <= shard_rows")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.compression in ("none", ""):
+            self.compression = None
+
+
+def split_role(name: str) -> str:
+    return name if name in ("train", "valid") else "test"
+
+
+class _DirectionWriter:
+    """Writes one direction of one split as Arrow IPC files of ``block_rows``-row batches."""
+
+    def __init__(self, root: Path, split: str, direction: Direction, cfg: BuildConfig, with_text: bool):
+        self.root, self.split, self.direction, self.cfg = root, split, direction, cfg
+        fields = [("line", pa.int64()), ("src_ids", ID_LIST), ("tgt_ids", ID_LIST)]
+        if with_text:
+            fields += [("src_text", pa.string()), ("tgt_text", pa.string())]
+        self.schema = pa.schema(fields)
+        self.pending: dict[str, list] = {name: [] for name in self.schema.names}
+        self.shards: list[Shard] = []
+        self.writer = None
+        self.rows_in_file = 0
+        self.file_tokens = [0, 0]
+
+    def add(self, columns: dict[str, list]) -> None:
+        for name, values in columns.items():
+            self.pending[name].extend(values)
+        while len(self.pending["line"]) >= self.cfg.block_rows:
+            self._write_block(self.cfg.block_rows)
+
+    def close(self) -> list[Shard]:
+        if self.pending["line"]:
+            self._write_block(len(self.pending["line"]))
+        self._close_file()
+        return self.shards
+
+    def _write_block(self, n: int) -> None:
+        if self.writer is None:
+            rel = f"{self.split}/{self.direction}.{len(self.shards):05d}.arrow"
+            self.path = self.root / rel
+            self.rel = rel
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            opts = pa.ipc.IpcWriteOptions(compression=self.cfg.compression)
+            self.writer = pa.ipc.new_file(str(self.path), self.schema, options=opts)
+        block = {name: values[:n] for name, values in self.pending.items()}
+        self.pending = {name: values[n:] for name, values in self.pending.items()}
+        self.writer.write_batch(pa.record_batch(
+            [pa.array(block[name], type=self.schema.field(name).type) for name in self.schema.names],
+            schema=self.schema))
+        self.rows_in_file += n
+        self.file_tokens[0] += sum(map(len, block["src_ids"]))
+        self.file_tokens[1] += sum(map(len, block["tgt_ids"]))
+        if self.rows_in_file + self.cfg.block_rows > self.cfg.shard_rows:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        self.shards.append(Shard(file=self.rel, direction=str(self.direction), rows=self.rows_in_file,
+                                 src_tokens=self.file_tokens[0], tgt_tokens=self.file_tokens[1],
+                                 bytes=self.path.stat().st_size, sha256=sha256_file(self.path)))
+        self.writer, self.rows_in_file, self.file_tokens = None, 0, [0, 0]
+
+
+def _write_split(split, sp: spm.SentencePieceProcessor, root: Path, cfg: BuildConfig,
+                 info: SplitInfo) -> None:
+    role = split_role(split.name)
+    with_text = role != "train"
+    writers = {d: _DirectionWriter(root, split.name, d, cfg, with_text) for d in split.directions}
+    filtered = {str(d): info.filtered.setdefault(str(d), {"empty": 0, "too_long": 0}) for d in split.directions}
+    bar = tqdm(total=split.n_lines, unit="lines", desc=f"{split.name} {'/'.join(split.langs)}", leave=False,
+               disable=None)
+    for first, chunk in split.read_chunks(8192):
+        n = len(next(iter(chunk.values())))
+        ids = {x: sp.encode(chunk[x], num_threads=cfg.threads) for x in split.langs}
+        lines = np.arange(first, first + n)
+        empty = {x: np.array([not t for t in chunk[x]], dtype=bool) for x in split.langs}
+        long = {x: np.array([len(t) > cfg.max_tokens for t in ids[x]], dtype=bool) for x in split.langs}
+        for d, writer in writers.items():
+            is_empty = empty[d.src] | empty[d.tgt]
+            # Test sets keep over-long sentences (dropping them would change BLEU's test set);
+            # translation truncates them with a warning instead.
+            is_long = (long[d.src] | long[d.tgt]) & ~is_empty if role == "train" else np.zeros(n, bool)
+            filtered[str(d)]["empty"] += int(is_empty.sum())
+            filtered[str(d)]["too_long"] += int(is_long.sum())
+            keep = np.flatnonzero(~(is_empty | is_long))
+            cols = {"line": lines[keep].tolist(),
+                    "src_ids": [ids[d.src][i] for i in keep], "tgt_ids": [ids[d.tgt][i] for i in keep]}
+            if with_text:
+                cols["src_text"] = [chunk[d.src][i] for i in keep]
+                cols["tgt_text"] = [chunk[d.tgt][i] for i in keep]
+            writer.add(cols)
+        bar.update(n)
+    bar.close()
+    for writer in writers.values():
+        info.shards.extend(writer.close())
+
+
+def _remove_stale_temps(out: Path) -> None:
+    """Temporary directories of builds whose process is gone (killed mid-build)."""
+    for stale in out.parent.glob(f".{out.name}.tmp-*"):
+        try:
+            pid = int(stale.name.rsplit("-", 1)[1])
+            os.kill(pid, 0)
+        except (ValueError, ProcessLookupError):
+            shutil.rmtree(stale, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def build_shards(corpus: Corpus, cfg: BuildConfig) -> Manifest:
+    out = Path(cfg.out_dir).resolve()
+    if out.exists() and not cfg.overwrite:
+        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(out)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        manifest = _build_into(corpus, cfg, tmp)
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+        return manifest
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path) -> Manifest:
+    if cfg.spm_model:
+        check_sentencepiece(cfg.spm_model, corpus.languages)
+        shutil.copyfile(cfg.spm_model, tmp / "spm.model")
+        model_path = tmp / "spm.model"
+    else:
+        model_path = train_sentencepiece(corpus, tmp / "spm", cfg.vocab_size, cfg.model_type,
+                                         cfg.spm_temperature, cfg.spm_sentences,
+                                         cfg.character_coverage, cfg.seed, cfg.threads)
+    sp = check_sentencepiece(model_path, corpus.languages)
+    splits: dict[str, SplitInfo] = {}
+    for split in corpus.splits:
+        info = splits.setdefault(split.name, SplitInfo(role=split_role(split.name)))
+        _write_split(split, sp, tmp, cfg, info)
+    for info in splits.values():
+        info.shards.sort(key=lambda s: s.file)
+    tokenizer = TokenizerInfo(
+        file=model_path.name, sha256=sha256_file(model_path), vocab_size=sp.get_piece_size(),
+        pad_id=sp.pad_id(), unk_id=sp.unk_id(), bos_id=sp.bos_id(), eos_id=sp.eos_id(),
+        lang_tag_ids={x: sp.piece_to_id(lang_tag(x)) for x in corpus.languages})
+    from cll_scale import __version__
+    manifest = Manifest(
+        languages=corpus.languages, central_language=corpus.central,
+        supervised=[str(d) for d in corpus.supervised], zero_shot=[str(d) for d in corpus.zero_shot],
+        tokenizer=tokenizer, splits=dict(sorted(splits.items())), block_rows=cfg.block_rows,
+        max_tokens=cfg.max_tokens,
+        source={"format": corpus.fmt, "path": corpus.path, "condition": corpus.condition,
+                "spm": "given: " + str(cfg.spm_model) if cfg.spm_model else
+                {"vocab_size": cfg.vocab_size, "model_type": cfg.model_type,
+                 "temperature": cfg.spm_temperature, "sentences": cfg.spm_sentences, "seed": cfg.seed}},
+        created_by=f"cll-scale {__version__}")
+    if not manifest.splits.get("train") or not manifest.splits["train"].shards:
+        raise CorpusError("no training pair survived filtering: nothing to write "
+                          f"(filtered: {manifest.splits.get('train') and manifest.splits['train'].filtered})")
+    manifest.save(tmp)
+    return manifest

@@ -1,0 +1,152 @@
+"""``cll-shards``: build, inspect and verify shard directories.
+
+    cll-shards build --input ../shared/data/multi30k --condition centered --out data/m30k-centered
+    cll-shards build --input ../shared/data/multi30k --condition triangle --langs de,fr,cs --out data/m30k-tri
+    cll-shards build --format opus100 --input opus-100-corpus --out data/opus100
+    cll-shards build --format hf --input Helsinki-NLP/opus-100 --pairs de-en,en-fr,de-fr --out data/opus-hf
+    cll-shards inspect data/m30k-centered
+    cll-shards verify data/m30k-centered
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cll_scale.languages import LanguageError
+from cll_scale.manifest import Manifest, ManifestError
+from data_tools.build import BuildConfig, build_shards
+from data_tools.sources import CorpusError, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
+
+FORMATS = ("auto", "multiway", "opus100", "parquet", "hf")
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def detect_format(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise CorpusError(f"{path}: no such directory (for a Hugging Face hub dataset use --format hf)")
+    if any((c / "supervised").is_dir() for c in (p, p / "v1.0", p / "opus-100-corpus" / "v1.0")):
+        return "opus100"
+    if next(p.glob("*/*.parquet"), None) is not None:
+        return "parquet"
+    return "multiway"
+
+
+def read_corpus(args) -> object:
+    fmt = detect_format(args.input) if args.format == "auto" else args.format
+    langs, allow = _csv(args.langs), frozenset(args.allow_lang or ())
+    if fmt == "multiway":
+        return read_multiway(args.input, args.condition or "centered", langs, args.central, allow)
+    if args.central:
+        raise CorpusError(f"--central applies to multi-way input; a {fmt} corpus declares its own pairs")
+    if fmt == "opus100":
+        return read_opus100(args.input, langs, args.condition, allow)
+    if fmt == "parquet":
+        return read_parquet_dir(args.input, langs, args.condition, allow)
+    return read_hf_dataset(args.input, _csv(args.pairs), langs, args.condition, allow)
+
+
+def cmd_build(args) -> int:
+    corpus = read_corpus(args)
+    cfg = BuildConfig(out_dir=args.out, overwrite=args.overwrite, spm_model=args.spm_model,
+                      vocab_size=args.vocab_size, model_type=args.spm_type,
+                      spm_temperature=args.spm_temperature, spm_sentences=args.spm_sentences,
+                      character_coverage=args.character_coverage, max_tokens=args.max_tokens,
+                      block_rows=args.block_rows, shard_rows=args.shard_rows,
+                      compression=args.compression, seed=args.seed, threads=args.threads)
+    manifest = build_shards(corpus, cfg)
+    print(f"wrote {args.out}")
+    print(format_table(manifest))
+    return 0
+
+
+def format_table(m: Manifest) -> str:
+    lines = [f"languages: {' '.join(m.languages)}    central: {m.central_language or '(none)'}    "
+             f"vocab: {m.tokenizer.vocab_size}    max tokens: {m.max_tokens}",
+             f"supervised: {' '.join(m.supervised)}",
+             f"zero-shot:  {' '.join(m.zero_shot) or '(none)'}", ""]
+    head = f"{'split':<18} {'direction':<9} {'kind':<10} {'rows':>10} {'src tok':>11} {'tgt tok':>11} " \
+           f"{'empty':>6} {'long':>6} {'shards':>6}"
+    lines += [head, "-" * len(head)]
+    for name, split in m.splits.items():
+        for d in sorted(set(split.directions()) | set(split.filtered)):
+            shards = [s for s in split.shards if s.direction == d]
+            f = split.filtered.get(d, {})
+            kind = "zero-shot" if m.is_zero_shot(d) else "supervised"
+            lines.append(f"{name:<18} {d:<9} {kind:<10} {sum(s.rows for s in shards):>10,} "
+                         f"{sum(s.src_tokens for s in shards):>11,} {sum(s.tgt_tokens for s in shards):>11,} "
+                         f"{f.get('empty', 0):>6} {f.get('too_long', 0):>6} {len(shards):>6}")
+    return "\n".join(lines)
+
+
+def cmd_inspect(args) -> int:
+    print(format_table(Manifest.load(args.dir)))
+    return 0
+
+
+def cmd_verify(args) -> int:
+    manifest = Manifest.load(args.dir)
+    problems = manifest.check_files(args.dir, full=True)
+    for p in problems:
+        print(f"FAIL {p}", file=sys.stderr)
+    n = sum(len(s.shards) for s in manifest.splits.values())
+    if problems:
+        print(f"cll-shards verify: {len(problems)} problem(s) in {args.dir}", file=sys.stderr)
+        return 1
+    size = sum(sh.bytes for s in manifest.splits.values() for sh in s.shards)
+    print(f"OK: {n} shards ({size / 1e6:.1f} MB) and the tokenizer match {args.dir}/manifest.json")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cll-shards", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="corpus -> SentencePiece model + Arrow shards + manifest")
+    b.add_argument("--input", required=True, help="corpus directory, or a hub dataset name with --format hf")
+    b.add_argument("--out", required=True, help="output shard directory (must not exist unless --overwrite)")
+    b.add_argument("--format", choices=FORMATS, default="auto")
+    b.add_argument("--condition", help="multi-way: centered (default), triangle, square, or directions "
+                   "'de-fr,fr-cs'; pair corpora: all (default) or a list of directions to train on")
+    b.add_argument("--langs", help="comma-separated languages to use (order defines triangle/square cycles)")
+    b.add_argument("--central", help="central language of a centered condition (default: en)")
+    b.add_argument("--pairs", help="--format hf: configs to read, e.g. de-en,en-fr (default: all)")
+    b.add_argument("--allow-lang", action="append", metavar="CODE", help="accept a non-ISO-639-1 code")
+    b.add_argument("--spm-model", help="reuse this SentencePiece model instead of learning one")
+    b.add_argument("--vocab-size", type=int, default=8000)
+    b.add_argument("--spm-type", choices=("bpe", "unigram"), default="bpe")
+    b.add_argument("--spm-temperature", type=float, default=5.0, help="language balancing for the vocabulary")
+    b.add_argument("--spm-sentences", type=int, default=1_000_000, help="sampled sentences to learn from")
+    b.add_argument("--character-coverage", type=float, default=0.9995)
+    b.add_argument("--max-tokens", type=int, default=256, help="filter training pairs longer than this")
+    b.add_argument("--block-rows", type=int, default=1024, help="rows per record batch")
+    b.add_argument("--shard-rows", type=int, default=1_000_000, help="rows per shard file at most")
+    b.add_argument("--compression", choices=("zstd", "lz4", "none"), default="zstd")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--threads", type=int, default=2)
+    b.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    b.set_defaults(func=cmd_build)
+    i = sub.add_parser("inspect", help="print a per-direction table of a shard directory")
+    i.add_argument("dir")
+    i.set_defaults(func=cmd_inspect)
+    v = sub.add_parser("verify", help="check every shard and the tokenizer against the manifest's sha256")
+    v.add_argument("dir")
+    v.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (CorpusError, LanguageError, ManifestError, FileExistsError, ValueError) as err:
+        print(f"cll-shards: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""cll-scale: multilingual NMT with Central Language-aware Layers, trained with DeepSpeed."""
+from setuptools import find_packages, setup
+
+setup(
+    name="cll-scale",
+    version="0.1.0",
+    description="Multilingual NMT with Central Language-aware Layers (Qu & Watanabe, 2022) on DeepSpeed",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["cll_scale", "cll_scale.*", "data_tools", "data_tools.*", "demo", "demo.*"]),
+    include_package_data=True,
+    install_requires=[
+        # A range: GPU users bring their own CUDA build; scripts/setup_env.sh pins the CPU build
+        # where no GPU is present (a bare resolve would fetch a multi-GB CUDA wheel).
+        "torch>=2.4,<2.15",
+        "deepspeed>=0.16,<0.20",
+        "sentencepiece>=0.2",
+        "datasets>=3.0",
+        "pyarrow>=15",
+        "numpy>=1.24",
+        "sacrebleu>=2.4",
+        "langdetect>=1.0.9",
+        "safetensors>=0.4",
+        "tqdm>=4.60",
+        "pyyaml>=6.0",
+        "matplotlib>=3.7",
+    ],
+    extras_require={
+        "demo": ["gradio>=5.0", "gradio_client>=1.0"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3", "psutil>=5.9", "transformers>=4.40", "playwright>=1.40"],
+    },
+    entry_points={
+        "console_scripts": [
+            "cll-shards=data_tools.cli:main",
+        ],
+    },
+)
