@@ -64,11 +64,12 @@ class Batch:
     tgt_lang: torch.Tensor          # (B,) int64; one value in a training batch
     direction: str
     ntokens: int                    # non-pad target tokens (the loss denominator)
+    lines: torch.Tensor | None = None   # (B,) line numbers in the corpus, for tracing rows
 
     def to(self, device, non_blocking: bool = False) -> "Batch":
         move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Batch(move(self.src_tokens), move(self.tgt_tokens), move(self.src_lang),
-                     move(self.tgt_lang), self.direction, self.ntokens)
+                     move(self.tgt_lang), self.direction, self.ntokens, self.lines)
 
     def __len__(self) -> int:
         return self.src_tokens.shape[0]
@@ -83,6 +84,7 @@ class _Pool:
     tgt_len: np.ndarray
     tgt_start: np.ndarray
     tgt_vals: np.ndarray
+    lines: np.ndarray
     batches: list[np.ndarray] = field(default_factory=list)
 
 
@@ -242,7 +244,7 @@ class ShardStream:
             return cached[1]
         order = np.random.default_rng([self.cfg.seed, d, epoch]).permutation(len(self.blocks[d]))
         chosen = order[pool_idx * self.cfg.pool_blocks:(pool_idx + 1) * self.cfg.pool_blocks]
-        src, tgt = [], []
+        src, tgt, lines = [], [], []
         for b in sorted(chosen):   # file order: sequential reads
             file, index, n = self.blocks[d][b]
             lo, hi = self._slice(n)
@@ -250,7 +252,8 @@ class ShardStream:
                 rb = self._readers(file).get_batch(index)
                 src.append(rb.column("src_ids").slice(lo, hi - lo))
                 tgt.append(rb.column("tgt_ids").slice(lo, hi - lo))
-        pool = _Pool(*_concat_lists(src), *_concat_lists(tgt))
+                lines.append(rb.column("line").slice(lo, hi - lo).to_numpy())
+        pool = _Pool(*_concat_lists(src), *_concat_lists(tgt), _concat_ints(lines))
         pool.batches = self._plan(pool, np.random.default_rng([self.cfg.seed, d, epoch, pool_idx, self.rank]))
         self._pools[d] = ((epoch, pool_idx), pool)
         return pool
@@ -297,7 +300,7 @@ def _collate(pool: _Pool, rows: np.ndarray, tag: int | None, src_lang: int, tgt_
     tgt = _gather_padded(pool.tgt_start[rows], t_len, pool.tgt_vals, int(t_len.max()) + 1, pad, None, eos)
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt),
                  torch.full((n,), src_lang, dtype=torch.long), torch.full((n,), tgt_lang, dtype=torch.long),
-                 direction, int(t_len.sum()) + n)
+                 direction, int(t_len.sum()) + n, torch.from_numpy(pool.lines[rows]))
 
 
 def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: int = 4096,
@@ -307,12 +310,13 @@ def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: 
     m = Manifest.load(shard_dir)
     if split not in m.splits or direction not in m.splits[split].directions():
         raise ManifestError(f"{shard_dir}: no direction {direction} in split {split!r}")
-    parts_src, parts_tgt = [], []
+    parts_src, parts_tgt, lines = [], [], []
     for shard in (s for s in m.splits[split].shards if s.direction == direction):
         table = pa.ipc.open_file(pa.OSFile(str(Path(shard_dir) / shard.file))).read_all()
         parts_src += table.column("src_ids").chunks
         parts_tgt += table.column("tgt_ids").chunks
-    pool = _Pool(*_concat_lists(parts_src), *_concat_lists(parts_tgt))
+        lines.append(table.column("line").to_numpy())
+    pool = _Pool(*_concat_lists(parts_src), *_concat_lists(parts_tgt), _concat_ints(lines))
     n = len(pool.src_len)
     lo, hi = rank * n // world_size, (rank + 1) * n // world_size
     cost = _row_cost(pool, add_lang_tag)
@@ -333,3 +337,7 @@ def _concat_lists(parts: list[pa.ListArray]) -> tuple[np.ndarray, np.ndarray, np
     shift = np.cumsum([0] + [len(v) for v in vals[:-1]])
     return (np.concatenate(lens), np.concatenate([s + k for s, k in zip(starts, shift)]),
             np.concatenate(vals))
+
+
+def _concat_ints(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)

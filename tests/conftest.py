@@ -1,0 +1,58 @@
+"""Shared fixtures. Tests never touch the network: the offline switches are set before any
+Hugging Face / gradio import, and corpora come from ../shared/data or are written here."""
+import os
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("CLL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+MULTI30K = SHARED_DATA / "multi30k"
+OPUS_SAMPLE = SHARED_DATA / "opus100_format_samples"
+
+
+def run_cli(main, argv, capsys):
+    """Run a console script's main(argv) in-process; return (exit code, stdout, stderr)."""
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="session")
+def multi30k() -> Path:
+    if not (MULTI30K / "train.en").is_file():
+        pytest.skip(f"Multi30k not found at {MULTI30K} (set CLL_SHARED_DATA)")
+    return MULTI30K
+
+
+@pytest.fixture(scope="session")
+def m30k_centered(multi30k, tmp_path_factory) -> Path:
+    """Real Multi30k, centered on English: the shard directory most tests read."""
+    from data_tools.build import BuildConfig, build_shards
+    from data_tools.sources import read_multiway
+    out = tmp_path_factory.mktemp("shards") / "m30k-centered"
+    build_shards(read_multiway(multi30k, "centered"), BuildConfig(out_dir=str(out)))
+    return out
+
+
+@pytest.fixture()
+def small_multiway(multi30k, tmp_path) -> Path:
+    """The first 300 lines of each Multi30k file: real text, quick to build."""
+    out = tmp_path / "small"
+    out.mkdir()
+    for f in multi30k.iterdir():
+        if f.name.startswith(("train.", "val.")):
+            lines = f.read_text(encoding="utf-8").splitlines()[:300]
+            (out / f.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+sys.path.insert(0, str(ROOT))

@@ -1,0 +1,230 @@
+"""cll-shards build / inspect / verify on real corpora, and the promises about bad input."""
+import json
+import shutil
+
+import pyarrow as pa
+import pytest
+import sentencepiece as spm
+
+from cll_scale.manifest import Manifest, ManifestError
+from data_tools import build as build_mod
+from data_tools.build import BuildConfig, build_shards
+from data_tools.cli import main
+from data_tools.sources import read_hf_dataset, read_multiway
+from data_tools.tokenizer import language_sample_rates
+from tests.conftest import OPUS_SAMPLE, run_cli
+from tests.hf_fixtures import multi30k_pairs, write_pair, write_repo_card
+
+
+def read_shard(path):
+    return pa.ipc.open_file(pa.OSFile(str(path))).read_all()
+
+
+def test_multi30k_centered_real_build(m30k_centered, multi30k):
+    m = Manifest.load(m30k_centered)
+    assert m.languages[0] == "en" and m.central_language == "en"
+    train = m.splits["train"]
+    assert sorted(train.directions()) == sorted(m.supervised) and len(m.supervised) == 6
+    assert sorted(m.zero_shot) == sorted(["de-fr", "fr-de", "de-cs", "cs-de", "fr-cs", "cs-fr"])
+    for d in m.supervised:   # every line is either written or counted as filtered
+        assert train.rows(d) + sum(train.filtered[d].values()) == 29000
+        assert train.rows(d) == 29000   # Multi30k has no empty or over-long line
+    assert set(m.splits) == {"train", "valid", "test_2016_flickr", "test_2018_flickr"}
+    assert m.splits["valid"].role == "valid" and m.splits["test_2016_flickr"].role == "test"
+    assert len(m.splits["test_2016_flickr"].directions()) == 12
+    # Test shards keep the raw text next to the ids, and the ids decode back to it.
+    sp = spm.SentencePieceProcessor(model_file=str(m30k_centered / m.tokenizer.file))
+    shard = next(s for s in m.splits["test_2016_flickr"].shards if s.direction == "de-fr")
+    table = read_shard(m30k_centered / shard.file)
+    de = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    assert table.column("src_text").to_pylist() == [x.strip() for x in de]
+    assert table.column("line").to_pylist() == list(range(1, 1001))
+    assert sp.decode(table.column("src_ids")[7].as_py()) == de[7].strip()
+    # Tags are control symbols: typed text never turns into a tag id.
+    tag = m.tokenizer.lang_tag_ids["de"]
+    assert sp.id_to_piece(tag) == "<2de>" and tag not in sp.encode("<2de> Hallo")
+
+
+def test_triangle_build_and_inspect(multi30k, tmp_path, capsys):
+    out = tmp_path / "tri"
+    code, stdout, _ = run_cli(main, ["build", "--input", str(multi30k), "--condition", "triangle",
+                                     "--langs", "de,fr,cs", "--out", str(out)], capsys)
+    assert code == 0
+    m = Manifest.load(out)
+    assert m.supervised == ["de-fr", "fr-cs", "cs-de"] and m.central_language is None
+    assert sorted(m.zero_shot) == ["cs-fr", "de-cs", "fr-de"]
+    assert [m.splits["train"].rows(d) for d in m.supervised] == [29000] * 3
+    code, table, _ = run_cli(main, ["inspect", str(out)], capsys)
+    assert code == 0 and "central: (none)" in table
+    row = next(line for line in table.splitlines() if line.startswith("train") and " de-fr " in line)
+    assert "supervised" in row and "29,000" in row
+    assert any(line.startswith("valid") and " fr-de " in line and "zero-shot" in line for line in table.splitlines())
+
+
+def test_opus100_sample_builds(tmp_path, capsys):
+    if not OPUS_SAMPLE.is_dir():
+        pytest.skip("OPUS-100 sample missing")
+    out = tmp_path / "opus"
+    code, _, err = run_cli(main, ["build", "--input", str(OPUS_SAMPLE), "--out", str(out),
+                                  "--vocab-size", "400"], capsys)
+    assert code == 0, err
+    m = Manifest.load(out)
+    assert m.central_language == "en" and sorted(m.zero_shot) == ["de-fr", "fr-de"]
+    assert m.splits["train"].rows("de-en") == 2 and m.splits["test"].rows("fr-de") == 2
+    assert run_cli(main, ["verify", str(out)], capsys)[0] == 0
+
+
+def _hf_corpus(root, multi30k):
+    sizes = {"de-en": 600, "en-fr": 150}
+    for pair, n in sizes.items():
+        write_pair(root, pair, "train", multi30k_pairs(multi30k, pair, "train", n))
+        write_pair(root, pair, "validation", multi30k_pairs(multi30k, pair, "validation", 40))
+    write_pair(root, "de-fr", "test", multi30k_pairs(multi30k, "de-fr", "test_2016_flickr", 30))
+    return sizes
+
+
+def test_parquet_in_hf_schema_builds(multi30k, tmp_path, capsys):
+    root = tmp_path / "hf"
+    _hf_corpus(root, multi30k)
+    out = tmp_path / "out"
+    code, _, err = run_cli(main, ["build", "--input", str(root), "--out", str(out), "--vocab-size", "1000"], capsys)
+    assert code == 0, err
+    m = Manifest.load(out)
+    assert m.source["format"] == "parquet" and m.central_language == "en"
+    assert m.splits["train"].rows("de-en") == 600 and m.splits["train"].rows("fr-en") == 150
+    assert m.splits["valid"].rows("en-fr") == 40 and sorted(m.zero_shot) == ["de-fr", "fr-de"]
+
+
+def test_hub_code_path_on_a_local_clone(multi30k, tmp_path):
+    """The path users with network take, load_dataset(name, pair, split, streaming=True),
+    exercised offline on a local directory laid out like the hub repository."""
+    root = tmp_path / "opus-100"
+    _hf_corpus(root, multi30k)
+    write_repo_card(root, {"de-en": ["train", "validation"], "en-fr": ["train", "validation"],
+                           "de-fr": ["test"]})
+    corpus = read_hf_dataset(str(root))
+    assert corpus.fmt == "hf" and corpus.central == "en"
+    assert sorted(map(str, corpus.zero_shot)) == ["de-fr", "fr-de"]
+    m = build_shards(corpus, BuildConfig(out_dir=str(tmp_path / "out"), vocab_size=1000))
+    assert m.splits["train"].rows("en-de") == 600
+
+
+def test_hf_rows_with_wrong_fields_are_an_error(tmp_path, capsys):
+    write_pair(tmp_path / "hf", "de-en", "train", [("a", "b")])
+    path = tmp_path / "hf" / "de-en" / "train-00000-of-00001.parquet"
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"translation": [{"de": "a", "fr": "b"}]}), path)
+    code, _, err = run_cli(main, ["build", "--input", str(tmp_path / "hf"), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "expected a 'translation' struct with fields ['de', 'en']" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_empty_and_overlong_lines_are_filtered_and_counted(small_multiway, tmp_path):
+    en = (small_multiway / "train.en").read_text().splitlines()
+    de = (small_multiway / "train.de").read_text().splitlines()
+    en[3], de[10] = "   ", ""
+    en[20] = " ".join(["word"] * 400)
+    (small_multiway / "train.en").write_text("\n".join(en) + "\n")
+    (small_multiway / "train.de").write_text("\n".join(de) + "\n")
+    m = build_shards(read_multiway(small_multiway, "centered"),
+                     BuildConfig(out_dir=str(tmp_path / "o"), vocab_size=1200, max_tokens=150))
+    train = m.splits["train"]
+    assert train.filtered["en-de"] == {"empty": 2, "too_long": 1}
+    assert train.filtered["de-en"] == {"empty": 2, "too_long": 1}
+    assert train.filtered["en-fr"] == {"empty": 1, "too_long": 1}
+    assert train.filtered["cs-en"]["empty"] == 1
+    for d in m.supervised:
+        assert train.rows(d) + sum(train.filtered[d].values()) == 300
+    lines = read_shard(tmp_path / "o" / next(s.file for s in train.shards if s.direction == "en-de"))["line"]
+    assert 4 not in lines.to_pylist() and 21 not in lines.to_pylist() and 22 in lines.to_pylist()
+
+
+def test_bounded_shards_and_blocks(small_multiway, tmp_path):
+    m = build_shards(read_multiway(small_multiway, "centered"),
+                     BuildConfig(out_dir=str(tmp_path / "o"), vocab_size=1200, block_rows=64, shard_rows=128))
+    shards = [s for s in m.splits["train"].shards if s.direction == "en-fr"]
+    assert [s.rows for s in shards] == [128, 128, 44]
+    reader = pa.ipc.open_file(pa.OSFile(str(tmp_path / "o" / shards[0].file)))
+    assert reader.num_record_batches == 2 and reader.get_batch(1).num_rows == 64
+
+
+def test_flipped_byte_fails_verify_naming_the_shard(small_multiway, tmp_path, capsys):
+    out = tmp_path / "o"
+    build_shards(read_multiway(small_multiway, "centered"), BuildConfig(out_dir=str(out), vocab_size=1200))
+    assert run_cli(main, ["verify", str(out)], capsys)[0] == 0
+    shard = out / "train" / "de-en.00000.arrow"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    code, _, err = run_cli(main, ["verify", str(out)], capsys)
+    assert code == 1 and "train/de-en.00000.arrow: sha256 differs" in err
+    assert "en-de.00000" not in err
+    shard.write_bytes(bytes(data[:-100]))
+    code, _, err = run_cli(main, ["verify", str(out)], capsys)
+    assert code == 1 and "de-en.00000.arrow" in err and "truncated" in err
+    with pytest.raises(ManifestError, match="de-en.00000.arrow"):
+        Manifest.load(out).verify(out, full=False)
+
+
+def test_existing_output_is_refused_unless_overwrite(small_multiway, tmp_path, capsys):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    argv = ["build", "--input", str(small_multiway), "--out", str(out), "--vocab-size", "1200"]
+    code, _, err = run_cli(main, argv, capsys)
+    assert code == 2 and "exists; pass --overwrite" in err and (out / "keep.txt").exists()
+    code, _, err = run_cli(main, argv + ["--overwrite"], capsys)
+    assert code == 0 and not (out / "keep.txt").exists() and Manifest.load(out).languages[0] == "en"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "small"]
+
+
+def test_failed_build_leaves_nothing_and_keeps_the_old_output(small_multiway, tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    build_shards(read_multiway(small_multiway, "centered"), BuildConfig(out_dir=str(out), vocab_size=1200))
+    before = json.loads((out / "manifest.json").read_text())
+    calls = {"n": 0}
+    real_close = build_mod._DirectionWriter.close
+
+    def dying_close(self):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("interrupted mid-build")
+        return real_close(self)
+    monkeypatch.setattr(build_mod._DirectionWriter, "close", dying_close)
+    with pytest.raises(KeyboardInterrupt):
+        build_shards(read_multiway(small_multiway, "centered"),
+                     BuildConfig(out_dir=str(out), vocab_size=1000, overwrite=True))
+    assert json.loads((out / "manifest.json").read_text()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "small"]   # no temp dir left
+    calls["n"] = 0
+    with pytest.raises(KeyboardInterrupt):
+        build_shards(read_multiway(small_multiway, "centered"), BuildConfig(out_dir=str(tmp_path / "new")))
+    assert not (tmp_path / "new").exists()
+
+
+def test_reusing_a_sentencepiece_model(m30k_centered, small_multiway, tmp_path, capsys):
+    spm_path = m30k_centered / "spm.model"
+    out = tmp_path / "o"
+    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out),
+                                  "--spm-model", str(spm_path)], capsys)
+    assert code == 0, err
+    assert Manifest.load(out).tokenizer.sha256 == Manifest.load(m30k_centered).tokenizer.sha256
+    # A model without the tags this corpus needs is refused with the missing tags named.
+    other = tmp_path / "tri"
+    shutil.copytree(small_multiway, other)
+    for f in other.glob("*.cs"):
+        f.rename(f.with_suffix(".it"))
+    code, _, err = run_cli(main, ["build", "--input", str(other), "--out", str(tmp_path / "o2"),
+                                  "--spm-model", str(spm_path)], capsys)
+    assert code == 2 and "<2it>" in err and not (tmp_path / "o2").exists()
+
+
+def test_vocabulary_temperature_balancing():
+    counts = {"en": 90_000, "de": 9_000, "cs": 1_000}
+    flat = language_sample_rates(counts, 10_000, temperature=1.0)
+    assert all(abs(flat[x] - 10_000 / 100_000) < 1e-12 for x in counts)   # T=1: proportional
+    hot = language_sample_rates(counts, 10_000, temperature=100.0)
+    shares = {x: hot[x] * counts[x] / 10_000 for x in counts}
+    assert all(abs(s - 1 / 3) < 0.02 for s in shares.values())             # T→∞: uniform
+    t5 = language_sample_rates(counts, 10_000, temperature=5.0)
+    assert t5["cs"] > t5["de"] > t5["en"] and t5["en"] * 90_000 < 0.9 * 10_000 * 0.9
