@@ -6,6 +6,7 @@
     cll-shards build --format hf --input Helsinki-NLP/opus-100 --pairs de-en,en-fr,de-fr --out data/opus-hf
     cll-shards inspect data/m30k-centered
     cll-shards verify data/m30k-centered
+    cll-shards download multi30k --out data/raw/multi30k
 """
 from __future__ import annotations
 
@@ -102,6 +103,13 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def cmd_download(args) -> int:
+    from data_tools.download import MULTI30K_URL, download_multi30k
+    path = download_multi30k(args.out, args.base_url or MULTI30K_URL, args.overwrite)
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cll-shards", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -136,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check every shard and the tokenizer against the manifest's sha256")
     v.add_argument("dir")
     v.set_defaults(func=cmd_verify)
+    dl = sub.add_parser("download", help="fetch a public corpus (needs network access)")
+    dl.add_argument("corpus", choices=("multi30k",))
+    dl.add_argument("--out", required=True)
+    dl.add_argument("--base-url", help="mirror to fetch {split}.{lang}.gz from (http(s):// or file://)")
+    dl.add_argument("--overwrite", action="store_true")
+    dl.set_defaults(func=cmd_download)
     return parser
 
 
@@ -143,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (CorpusError, LanguageError, ManifestError, FileExistsError, ValueError) as err:
+    except (CorpusError, LanguageError, ManifestError, FileExistsError, ValueError, OSError) as err:
         print(f"cll-shards: error: {err}", file=sys.stderr)
         return 2
 

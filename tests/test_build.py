@@ -228,3 +228,21 @@ def test_vocabulary_temperature_balancing():
     assert all(abs(s - 1 / 3) < 0.02 for s in shares.values())             # T→∞: uniform
     t5 = language_sample_rates(counts, 10_000, temperature=5.0)
     assert t5["cs"] > t5["de"] > t5["en"] and t5["en"] * 90_000 < 0.9 * 10_000 * 0.9
+
+
+def test_multi30k_downloader_on_local_files(multi30k, tmp_path, capsys):
+    """The download path real users take, served from local .gz files (no network)."""
+    import gzip
+    from data_tools.download import MULTI30K_FILES
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for name in MULTI30K_FILES:
+        (mirror / f"{name}.gz").write_bytes(gzip.compress((multi30k / name).read_bytes()))
+    out = tmp_path / "m30k"
+    code, _, err = run_cli(main, ["download", "multi30k", "--out", str(out), "--base-url", mirror.as_uri()], capsys)
+    assert code == 0, err
+    assert (out / "train.cs").read_bytes() == (multi30k / "train.cs").read_bytes()
+    (mirror / "val.fr.gz").unlink()
+    code, _, err = run_cli(main, ["download", "multi30k", "--out", str(tmp_path / "b"),
+                                  "--base-url", mirror.as_uri()], capsys)
+    assert code == 2 and "val.fr.gz" in err and not (tmp_path / "b").exists()

@@ -1,0 +1,125 @@
+"""Throughput and memory of the training stream (ShardStream) on Multi30k and on a synthetic
+corpus 10x larger, measured side by side in one run.
+
+    python bench/bench_stream.py --multi30k ../shared/data/multi30k [--out bench/out]
+
+Prints rows/s, tokens/s, padding ratio and resident memory: after the imports (python, torch,
+pyarrow), its peak while reading at least a whole epoch, and the difference (the reader's own), and the ratio of the stream's target tokens/s to what a
+`small` training step consumes on this CPU (~3,400 tokens/s bf16; target >= 20x).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+TRAIN_STEP_TOKENS_PER_S = 3400
+
+MEASURE = r"""
+import itertools, json, sys, time, psutil
+from cll_scale.stream import ShardStream, StreamConfig
+proc = psutil.Process()
+shards, seconds, max_tokens = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+rss_imports = proc.memory_info().rss   # python + torch + pyarrow, before any shard is opened
+stream = ShardStream(shards, StreamConfig(max_tokens=max_tokens, seed=1, verify="none"))
+next(stream)
+rss0 = peak = proc.memory_info().rss
+rows = tgt = src = cells = pads = batches = 0
+pad = stream.pad
+total_rows = int(stream.rank_rows.sum())
+t0 = time.perf_counter()
+while time.perf_counter() - t0 < seconds or stream.rows_seen < total_rows:
+    b = next(stream)
+    rows += len(b); batches += 1
+    tgt += b.ntokens
+    src += int((b.src_tokens != pad).sum())
+    cells += b.src_tokens.numel() + b.tgt_tokens.numel()
+    pads += int((b.src_tokens == pad).sum()) + int((b.tgt_tokens == pad).sum())
+    if batches % 50 == 0:
+        peak = max(peak, proc.memory_info().rss)
+dt = time.perf_counter() - t0
+peak = max(peak, proc.memory_info().rss)
+print(json.dumps({"rows": rows, "seconds": dt, "rows_per_s": rows / dt, "tgt_tokens_per_s": tgt / dt,
+                  "tokens_per_s": (src + tgt) / dt, "padding": pads / cells, "epochs": stream.epoch,
+                  "rss_imports_mb": rss_imports / 2**20, "rss_start_mb": rss0 / 2**20, "rss_peak_mb": peak / 2**20, "corpus_rows": total_rows}))
+"""
+
+
+def build(args, name: str, source: Path, spm_model: str | None = None) -> Path:
+    out = Path(args.out) / name
+    if not (out / "manifest.json").exists():
+        cmd = [sys.executable, "-m", "data_tools", "build", "--input", str(source), "--out", str(out),
+               "--condition", "centered", "--overwrite"]
+        if spm_model:
+            cmd += ["--spm-model", spm_model]
+        subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    return out
+
+
+def synthetic_corpus(multi30k: Path, out: Path, factor: int) -> Path:
+    """Multi30k's train split repeated ``factor`` times with the words of each copy shuffled
+    (same length distribution and vocabulary, new sentences); the other splits as they are."""
+    if (out / "train.en").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for f in multi30k.iterdir():
+        if not f.name.startswith("train."):
+            (out / f.name).write_bytes(f.read_bytes())
+    for lang in ("en", "de", "fr", "cs"):
+        lines = (multi30k / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        rng = random.Random(lang)
+        with open(out / f"train.{lang}", "w", encoding="utf-8") as w:
+            for k in range(factor):
+                for line in lines:
+                    words = line.split()
+                    if k:
+                        rng.shuffle(words)
+                    w.write(" ".join(words) + "\n")
+    return out
+
+
+def measure(shards: Path, seconds: float, max_tokens: int) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    res = subprocess.run([sys.executable, "-c", MEASURE, str(shards), str(seconds), str(max_tokens)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    p.add_argument("--factor", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=5.0, help="minimum measuring time (and >= 1 epoch)")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--json", help="also write the results here")
+    args = p.parse_args(argv)
+    base = build(args, "multi30k", Path(args.multi30k))
+    synth = synthetic_corpus(Path(args.multi30k), Path(args.out) / f"synthetic-x{args.factor}-text", args.factor)
+    big = build(args, f"synthetic-x{args.factor}", synth, spm_model=str(base / "spm.model"))
+    results = {"multi30k": measure(base, args.seconds, args.max_tokens),
+               f"synthetic x{args.factor}": measure(big, args.seconds, args.max_tokens)}
+    print(f"{'corpus':<16} {'rows':>10} {'rows/s':>10} {'tgt tok/s':>11} {'tok/s':>11} {'padding':>8} "
+          f"{'RSS imports':>11} {'RSS peak':>9} {'reader':>7} {'vs train step':>14}")
+    for name, r in results.items():
+        print(f"{name:<16} {r['corpus_rows']:>10,} {r['rows_per_s']:>10,.0f} {r['tgt_tokens_per_s']:>11,.0f} "
+              f"{r['tokens_per_s']:>11,.0f} {r['padding']:>8.1%} {r['rss_imports_mb']:>9.0f}MB "
+              f"{r['rss_peak_mb']:>7.0f}MB {r['rss_peak_mb'] - r['rss_imports_mb']:>5.0f}MB "
+              f"{r['tgt_tokens_per_s'] / TRAIN_STEP_TOKENS_PER_S:>13.0f}x")
+    a, b = results.values()
+    print(f"peak RSS growth from {a['corpus_rows']:,} to {b['corpus_rows']:,} rows: "
+          f"{b['rss_peak_mb'] - a['rss_peak_mb']:+.0f} MB (each run read at least one full epoch)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
