@@ -33,6 +33,7 @@ setup(
     entry_points={
         "console_scripts": [
             "cll-shards=data_tools.cli:main",
+            "cll-train=cll_scale.train:main",
         ],
     },
 )

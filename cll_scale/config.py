@@ -1,0 +1,189 @@
+"""Typed configs: one owner per setting.
+
+* :class:`ModelConfig` — the network (with size presets, :data:`PRESETS`);
+* :class:`cll_scale.stream.StreamConfig` — what the data stream feeds;
+* :class:`TrainConfig` — optimisation, budget, checkpoints and logging.
+
+DeepSpeed's JSON files in ``ds_configs/`` hold engine settings only (ZeRO stage, precision,
+offload, monitor); batch size, accumulation, clipping and learning rate come from here and are
+filled in by :func:`cll_scale.engine.make_ds_config`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
+RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
+
+
+@dataclass
+class ModelConfig:
+    """Encoder-decoder Transformer with optional CLL (paper Eq. 3) in the decoder."""
+
+    vocab_size: int = 8000
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+    d_model: int = 256
+    n_heads: int = 4
+    ffn_dim: int = 1024
+    encoder_layers: int = 3
+    decoder_layers: int = 3
+    max_positions: int = 1024
+    pre_norm: bool = True
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    # --- CLL (paper §3, Eq. 3) -------------------------------------------------------------
+    languages: list[str] = field(default_factory=list)   # index = tgt_lang id (manifest order)
+    central_language: str | None = None                   # None: every language has an LSL
+    variant: str = "fcll"
+    cll_layers: list[int] | None = None     # decoder layers (0-based) with CLL; set by variant
+    lsl_dim: int = 256                      # R, inner size of each language-specific layer
+    cll_dropout: float = 0.2                # dropout on LSL output (paper App. A: 0.2-0.3)
+    t_init: float = 0.1                     # initial t_l
+    # --- Residual removal (Liu et al. 2021) in the middle encoder layer ---------------------
+    residual_sublayer: str | None = None    # "ffn" (paper's code) or "self_attn" (Liu et al.)
+    residual_layer: int | None = None       # 0-based encoder layer; default encoder_layers // 2
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.residual_sublayer not in (None, *RESIDUAL_SUBLAYERS):
+            raise ValueError(f"residual_sublayer must be one of {RESIDUAL_SUBLAYERS} or None")
+        if self.central_language is not None and self.central_language not in self.languages:
+            raise ValueError(f"central language {self.central_language!r} is not in {self.languages}")
+        self.resolve_variant()
+
+    def resolve_variant(self) -> None:
+        """Baseline: no CLL. Residual: drop one residual of the middle encoder layer. SD:
+        Residual + CLL in decoder layer N/2+1 (1-based). FCLL: CLL in every decoder layer."""
+        mid_dec = self.decoder_layers // 2
+        if self.variant == "baseline":
+            self.cll_layers, self.residual_sublayer = [], None
+        elif self.variant == "residual":
+            self.cll_layers = []
+            self.residual_sublayer = self.residual_sublayer or "ffn"
+        elif self.variant == "sd":
+            self.cll_layers = [mid_dec]
+            self.residual_sublayer = self.residual_sublayer or "ffn"
+        elif self.variant == "fcll":
+            self.cll_layers = list(range(self.decoder_layers))
+        elif self.cll_layers is None:
+            raise ValueError("variant 'custom' needs cll_layers")
+        bad = [i for i in self.cll_layers if not 0 <= i < self.decoder_layers]
+        if bad:
+            raise ValueError(f"cll_layers {bad} outside 0..{self.decoder_layers - 1}")
+        self.cll_layers = sorted(set(self.cll_layers))
+        if self.residual_sublayer and self.residual_layer is None:
+            self.residual_layer = self.encoder_layers // 2
+        if self.residual_layer is not None and not 0 <= self.residual_layer < self.encoder_layers:
+            raise ValueError(f"residual_layer {self.residual_layer} outside the encoder")
+
+    @property
+    def lsl_languages(self) -> list[str]:
+        """Languages that get an LSL: every one but the central language."""
+        return [x for x in self.languages if x != self.central_language]
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ModelConfig":
+        return cls(**d)
+
+
+# Size presets (the rest of ModelConfig keeps its defaults). `small` is the CPU experiment size,
+# `base` the paper's OPUS-100 model (App. A), `big` the usual Transformer-big.
+PRESETS: dict[str, dict] = {
+    "tiny": dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, lsl_dim=16,
+                 max_positions=512),
+    "small": dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, lsl_dim=256),
+    "base": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, lsl_dim=256),
+    "big": dict(d_model=1024, n_heads=16, ffn_dim=4096, encoder_layers=6, decoder_layers=6, lsl_dim=512,
+                dropout=0.3),
+}
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation (paper App. A defaults), budget, checkpoints, logging."""
+
+    data: str = ""                       # shard directory (cll-shards build)
+    run_dir: str = "runs/default"
+    ds_config: str = "auto"              # a ds_configs/*.json; "auto": cpu_bf16 / gpu_bf16
+    # optimisation
+    lr: float = 7e-4
+    warmup_steps: int = 4000
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    grad_accum: int = 1                  # microbatches (token-budget batches) per step and rank
+    # budget: whichever comes first
+    max_steps: int = 0                   # 0: no step limit
+    max_minutes: float = 0.0             # 0: no time limit
+    # validation, checkpoints, logging
+    valid_every: int = 500
+    valid_max_batches: int = 0           # 0: whole validation split
+    ckpt_every: int = 1000
+    keep_last: int = 3
+    log_every: int = 50
+    seed: int = 1
+    export: bool = True
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas)
+        if self.grad_accum < 1:
+            raise ValueError("grad_accum must be >= 1")
+        if self.max_steps < 0 or self.max_minutes < 0:
+            raise ValueError("max_steps and max_minutes must be >= 0")
+        if self.keep_last < 1:
+            raise ValueError("keep_last must be >= 1")
+
+
+def load_recipe(path: str | Path) -> dict:
+    """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "train": {...}}`` in YAML or JSON."""
+    text = Path(path).read_text(encoding="utf-8")
+    if str(path).endswith((".yaml", ".yml")):
+        import yaml
+        recipe = yaml.safe_load(text) or {}
+    else:
+        recipe = json.loads(text)
+    unknown = set(recipe) - {"preset", "model", "data", "train"}
+    if unknown:
+        raise ValueError(f"{path}: unknown recipe sections {sorted(unknown)} "
+                         f"(expected preset, model, data, train)")
+    return recipe
+
+
+def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
+    """``section.key=value`` overrides (value parsed as YAML: numbers, lists, booleans)."""
+    import yaml
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not eq or not dot or section not in ("model", "data", "train"):
+            raise ValueError(f"override {item!r}: expected section.key=value, section in model/data/train")
+        recipe.setdefault(section, {})[name] = yaml.safe_load(value)
+    return recipe
+
+
+def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer) -> tuple:
+    """Resolve a recipe against a shard manifest into (ModelConfig, StreamConfig, TrainConfig)."""
+    from cll_scale.stream import StreamConfig
+    model_kw = dict(PRESETS[recipe.get("preset", "small")])
+    model_kw.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
+                    eos_id=tokenizer.eos_id, languages=list(languages), central_language=central)
+    model_kw.update(recipe.get("model", {}))
+    try:
+        return (ModelConfig(**model_kw), StreamConfig(**recipe.get("data", {})),
+                TrainConfig(**recipe.get("train", {})))
+    except TypeError as err:
+        raise ValueError(f"recipe: {err}") from None

@@ -1,0 +1,201 @@
+"""Every DeepSpeed call of cll-scale lives in this module.
+
+The same code runs in one CPU process (no launcher), under ``deepspeed --num_gpus N`` on CPU
+(gloo, one thread per rank) and on multi-node GPU clusters (NCCL, bf16/fp16).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DS_CONFIGS = ROOT / "ds_configs"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed() -> tuple[int, int, int]:
+    """Join (or, without a launcher, create) the process group. Returns (rank, world, local rank).
+
+    Without a launcher DeepSpeed would try MPI discovery (ECOSYSTEM.md): set a one-process world.
+    """
+    import deepspeed
+    from deepspeed.utils import logger
+    logger.setLevel(logging.WARNING)   # DeepSpeed's INFO lines would drown the run's own log
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    if not torch.cuda.is_available():
+        # On CPU DeepSpeed's comm backend JIT-compiles a shared-memory all-reduce kernel
+        # (70-110 s, ECOSYSTEM.md) that only its inference path uses; training talks through
+        # gloo. Marking the op unavailable (DeepSpeed keeps this dict for such edits) skips it.
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    if not torch.distributed.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)
+    return torch.distributed.get_rank(), torch.distributed.get_world_size(), local
+
+
+def device() -> torch.device:
+    from deepspeed.accelerator import get_accelerator
+    return torch.device(get_accelerator().current_device_name())
+
+
+def default_ds_config() -> Path:
+    return DS_CONFIGS / ("gpu_bf16.json" if torch.cuda.is_available() else "cpu_bf16.json")
+
+
+def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | Path,
+                   load_universal: bool = False) -> dict:
+    """Engine settings from ``ds_configs/*.json`` plus the training settings that belong to
+    :class:`TrainConfig` — the one place where batch size, accumulation and clipping meet.
+
+    A microbatch is one token-budget batch from the stream, so DeepSpeed's "micro batch" is 1;
+    the global batch is then ``1 × grad_accum × world_size`` microbatches, checked here.
+    """
+    path = default_ds_config() if str(path) == "auto" else Path(path)
+    if not path.is_file() and (DS_CONFIGS / path).is_file():
+        path = DS_CONFIGS / path
+    cfg = json.loads(Path(path).read_text())
+    owned = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+             "gradient_clipping", "scheduler"}
+    clash = owned & set(cfg)
+    if clash:
+        raise ValueError(f"{path}: {sorted(clash)} are training settings (TrainConfig / the recipe), "
+                         f"not engine settings")
+    micro, accum = 1, train_cfg.grad_accum
+    cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=accum,
+               gradient_clipping=train_cfg.clip_norm)
+    # Deliberately no train_batch_size: it would pin the world size and break resuming on
+    # another one (ECOSYSTEM.md); DeepSpeed derives it and we check the product here.
+    if micro * accum * world_size < 1:
+        raise ValueError("micro-batch × accumulation × world size must be >= 1")
+    if "optimizer" in cfg:   # DeepSpeed's own optimizer (e.g. for CPU offload): our settings
+        cfg["optimizer"]["params"] = dict(lr=train_cfg.lr, betas=list(train_cfg.betas), eps=train_cfg.eps,
+                                          weight_decay=train_cfg.weight_decay)
+    for monitor in ("csv_monitor", "tensorboard", "wandb"):
+        if cfg.get(monitor, {}).get("enabled"):
+            cfg[monitor]["output_path"] = str(Path(run_dir) / "monitor") + "/"
+    if load_universal:
+        cfg.setdefault("checkpoint", {})["load_universal"] = True
+    return cfg
+
+
+def initialize(model: torch.nn.Module, ds_config: dict, optimizer_factory, scheduler_factory):
+    """``deepspeed.initialize``: a client torch AdamW (no JIT-compiled op) unless the config
+    names DeepSpeed's optimizer."""
+    import deepspeed
+    optimizer = None if "optimizer" in ds_config else optimizer_factory(model)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config,
+                                           lr_scheduler=scheduler_factory,
+                                           model_parameters=[p for p in model.parameters() if p.requires_grad])
+    return engine
+
+
+def monitor_events(engine, events: list[tuple[str, float, int]]) -> None:
+    if getattr(engine, "monitor", None) is not None and engine.monitor.enabled and engine.global_rank == 0:
+        engine.monitor.write_events(events)
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_last: int) -> str:
+    """Save on every rank (ZeRO shards the optimizer), then keep the last ``keep_last`` tags.
+
+    DeepSpeed writes the ``latest`` pointer after all files of a tag; an interrupted save leaves
+    ``latest`` at the previous, complete tag."""
+    tag = f"step{step:08d}"
+    engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=True)
+    torch.distributed.barrier()
+    if engine.global_rank == 0:
+        (ckpt_dir / tag / "cll_meta.json").write_text(json.dumps(
+            {"step": step, "world_size": torch.distributed.get_world_size()}))
+        tags = sorted(p.name for p in ckpt_dir.glob("step*") if p.is_dir() and not p.name.endswith("_universal"))
+        for old in tags[:-keep_last]:
+            shutil.rmtree(ckpt_dir / old, ignore_errors=True)
+            shutil.rmtree(ckpt_dir / f"{old}_universal", ignore_errors=True)
+    torch.distributed.barrier()
+    return tag
+
+
+def latest_tag(ckpt_dir: Path) -> str | None:
+    latest = ckpt_dir / "latest"
+    if not latest.is_file():
+        return None
+    tag = latest.read_text().strip()
+    return tag if (ckpt_dir / tag).is_dir() else None
+
+
+def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
+    meta = ckpt_dir / tag / "cll_meta.json"
+    if meta.is_file():
+        return json.loads(meta.read_text())["world_size"]
+    return len(list((ckpt_dir / tag).glob("*optim_states.pt")))
+
+
+def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
+    """DeepSpeed's universal checkpoint conversion (to resume at another world size); rank 0
+    converts, the others wait. Returns the universal tag."""
+    out_tag = f"{tag}_universal"
+    if torch.distributed.get_rank() == 0 and not (ckpt_dir / out_tag / "zero").is_dir():
+        tmp = ckpt_dir / f".{out_tag}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
+                        "--input_folder", str(ckpt_dir / tag), "--output_folder", str(tmp),
+                        "--inject_missing_state", "--num_extract_workers", "1", "--num_merge_workers", "1"],
+                       check=True, stdout=subprocess.DEVNULL)
+        shutil.rmtree(ckpt_dir / out_tag, ignore_errors=True)
+        os.replace(tmp, ckpt_dir / out_tag)
+    torch.distributed.barrier()
+    return out_tag
+
+
+def load_checkpoint(engine, ckpt_dir: Path, tag: str) -> dict:
+    path, client_state = engine.load_checkpoint(str(ckpt_dir), tag=tag)
+    if path is None:
+        raise RuntimeError(f"could not load checkpoint {ckpt_dir / tag}")
+    return client_state or {}
+
+
+def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
+    """fp32 weights gathered from a ZeRO checkpoint (any world size)."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
+
+
+def all_gather_object(obj) -> list:
+    out = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(values: list[float], dev) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=dev)
+    torch.distributed.all_reduce(t)
+    return t.tolist()
+
+
+def all_finite(value: torch.Tensor) -> bool:
+    """Whether ``value`` is finite on every rank (so that all ranks skip a bad step together)."""
+    flag = torch.isfinite(value.detach()).all().to(torch.float32).reshape(1)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def barrier() -> None:
+    torch.distributed.barrier()

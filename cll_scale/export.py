@@ -1,0 +1,76 @@
+"""``export/``: what inference loads — no DeepSpeed, no GPU, nothing pickled.
+
+    model.safetensors    consolidated fp32 weights
+    model_config.json    ModelConfig
+    spm.model            the SentencePiece model
+    manifest.json        the shard manifest (languages, supervised / zero-shot directions, ids)
+    export.json          provenance (step, run) and the sha256 of every file above
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from cll_scale.config import ModelConfig
+from cll_scale.manifest import Manifest, sha256_file
+from cll_scale.model import CLLTransformer
+
+FILES = ("model.safetensors", "model_config.json", "spm.model", "manifest.json")
+
+
+class ExportError(ValueError):
+    """An export directory is missing, incomplete or has been tampered with."""
+
+
+def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor], model_cfg: ModelConfig,
+                 shard_dir: str | os.PathLike, info: dict | None = None) -> Path:
+    """Write atomically: a temporary directory renamed into place."""
+    out = Path(out_dir)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in state_dict.items()}
+        save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+        (tmp / "model_config.json").write_text(json.dumps(model_cfg.to_json(), indent=1))
+        manifest = Manifest.load(shard_dir)
+        shutil.copyfile(Path(shard_dir) / manifest.tokenizer.file, tmp / "spm.model")
+        manifest.tokenizer.file = "spm.model"
+        manifest.save(tmp)
+        sums = {f: sha256_file(tmp / f) for f in FILES}
+        (tmp / "export.json").write_text(json.dumps({**(info or {}), "sha256": sums}, indent=1))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def load_export(export_dir: str | os.PathLike, device: str | torch.device = "cpu", check: bool = True
+                ) -> tuple[CLLTransformer, Manifest]:
+    """Rebuild the model from an export; with ``check`` every file's sha256 must match."""
+    d = Path(export_dir)
+    missing = [f for f in (*FILES, "export.json") if not (d / f).is_file()]
+    if missing:
+        raise ExportError(f"{d}: not a cll-scale export (missing {', '.join(missing)})")
+    if check:
+        sums = json.loads((d / "export.json").read_text()).get("sha256", {})
+        bad = [f for f in FILES if sums.get(f) != sha256_file(d / f)]
+        if bad:
+            raise ExportError(f"{d}: {', '.join(bad)} differ from the checksums in export.json "
+                              f"(modified or damaged); refusing to load")
+    cfg = ModelConfig.from_json(json.loads((d / "model_config.json").read_text()))
+    model = CLLTransformer(cfg)
+    try:
+        state = load_file(str(d / "model.safetensors"), device="cpu")
+    except Exception as err:  # safetensors raises its own error types on malformed files
+        raise ExportError(f"{d / 'model.safetensors'}: cannot be read ({err})") from None
+    model.load_state_dict(state, strict=True)
+    manifest = Manifest.load(d)
+    return model.to(device).eval(), manifest

@@ -1,0 +1,295 @@
+"""The CLL Transformer: plain single-device PyTorch (no DeepSpeed here), read bottom-up.
+
+Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` model dim, ``H`` heads,
+``F`` FFN inner size, ``R`` LSL inner size, ``V`` vocabulary, ``L`` languages with an LSL.
+
+Paper (Qu & Watanabe 2022), Eq. (3): in a decoder layer with CLL the FFN becomes
+``CLL_l(h) = FFN(h) + t_l · LSL_l(h)`` for a non-central target language ``l`` and ``FFN(h)``
+for the central one, with ``LSL_l(h) = max(0, h W1_l + b1_l) W2_l + b2_l``.
+
+LSL storage: one Parameter per language (and per layer), not a stacked ``[L, D, R]`` tensor.
+A language absent from a step then gets no gradient at all (``grad=None``; plain AdamW leaves it
+untouched), freezing the old languages when a new one is added (paper §4.4) is
+``requires_grad=False`` instead of gradient masks, and adding a language appends a Parameter.
+The speed is the same: a language-homogeneous batch does one matmul either way
+(``bench/bench_model.py`` measures both).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cll_scale.config import ModelConfig
+
+
+def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
+    """(n, d) fixed position encodings (Vaswani et al. 2017)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv[: d // 2])
+    return table
+
+
+class Attention(nn.Module):
+    """Multi-head attention on ``F.scaled_dot_product_attention``, with an optional cache for
+    incremental decoding (self-attention appends keys; cross-attention computes them once)."""
+
+    def __init__(self, d: int, heads: int, dropout: float, cross: bool):
+        super().__init__()
+        self.h, self.cross, self.dropout = heads, cross, dropout
+        self.q = nn.Linear(d, d)
+        self.kv = nn.Linear(d, 2 * d)
+        self.out = nn.Linear(d, d)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:      # (B, N, D) -> (B, H, N, D/H)
+        b, n, d = x.shape
+        return x.view(b, n, self.h, d // self.h).transpose(1, 2)
+
+    def forward(self, x, memory=None, mask=None, causal=False, cache: dict | None = None):
+        q = self._split(self.q(x))                                     # (B, H, T, D/H)
+        if self.cross and cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = self.kv(x if memory is None else memory).chunk(2, dim=-1)
+            k, v = self._split(k), self._split(v)
+            if cache is not None:
+                if not self.cross and "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        # With a cache the new query is the last position: it may see every cached key.
+        causal = causal and cache is None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        b, h, t, dh = y.shape
+        return self.out(y.transpose(1, 2).reshape(b, t, h * dh))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int, inner: int, activation_dropout: float):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, inner), nn.Linear(inner, d)
+        self.act_dropout = activation_dropout
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x))
+        if self.act_dropout and self.training:
+            h = F.dropout(h, self.act_dropout, True)
+        return self.fc2(h)
+
+
+@dataclass
+class LangGroups:
+    """Which LSL each sentence uses, computed once per forward and reused by every CLL layer.
+
+    ``slots`` lists (lsl slot or -1 for the central language, start, end) over the rows in
+    ``order``; ``order`` is None when rows already come grouped (always so in training, where a
+    microbatch has one target language)."""
+
+    groups: list[tuple[int, int, int]]
+    order: torch.Tensor | None = None
+    inverse: torch.Tensor | None = None
+
+    @classmethod
+    def from_slots(cls, slots: torch.Tensor) -> "LangGroups":
+        b = slots.shape[0]
+        lo, hi = torch.aminmax(slots)
+        lo, hi = int(lo), int(hi)     # one sync per forward, not per sentence
+        if lo == hi:
+            return cls([(lo, 0, b)])
+        order = torch.argsort(slots, stable=True)
+        counts = torch.bincount(slots[order] + 1).tolist()
+        groups, start = [], 0
+        for slot, n in enumerate(counts, start=-1):
+            if n:
+                groups.append((slot, start, start + n))
+                start += n
+        if torch.equal(order, torch.arange(b, device=slots.device)):
+            return cls(groups)
+        return cls(groups, order, torch.argsort(order))
+
+
+class CLLFeedForward(nn.Module):
+    """Paper Eq. (3): ``FFN(h) + t_l · dropout(LSL_l(h))``; the central language gets FFN(h)."""
+
+    def __init__(self, cfg: ModelConfig, n_lsl: int):
+        super().__init__()
+        d, r = cfg.d_model, cfg.lsl_dim
+        self.ffn = FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
+        self.cll_dropout = cfg.cll_dropout
+        self.w1 = nn.ParameterList([nn.Parameter(torch.empty(r, d)) for _ in range(n_lsl)])
+        self.b1 = nn.ParameterList([nn.Parameter(torch.zeros(r)) for _ in range(n_lsl)])
+        self.w2 = nn.ParameterList([nn.Parameter(torch.empty(d, r)) for _ in range(n_lsl)])
+        self.b2 = nn.ParameterList([nn.Parameter(torch.zeros(d)) for _ in range(n_lsl)])
+        # Shape (1,), not a 0-d scalar: DeepSpeed broadcasts parameters as byte views.
+        self.t = nn.ParameterList([nn.Parameter(torch.full((1,), cfg.t_init)) for _ in range(n_lsl)])
+        for w in (*self.w1, *self.w2):
+            nn.init.xavier_uniform_(w)
+
+    def lsl(self, x: torch.Tensor, slot: int) -> torch.Tensor:
+        h = F.linear(F.relu(F.linear(x, self.w1[slot], self.b1[slot])), self.w2[slot], self.b2[slot])
+        if self.cll_dropout and self.training:
+            h = F.dropout(h, self.cll_dropout, True)
+        return self.t[slot] * h
+
+    def forward(self, x: torch.Tensor, groups: LangGroups | None, use_lsl: bool = True) -> torch.Tensor:
+        out = self.ffn(x)                                          # (B, T, D)
+        if groups is None or not use_lsl:
+            return out
+        if len(groups.groups) == 1:
+            slot = groups.groups[0][0]
+            return out if slot < 0 else out + self.lsl(x, slot)
+        xs = x if groups.order is None else x.index_select(0, groups.order)
+        parts = [torch.zeros_like(xs[s:e]) if slot < 0 else self.lsl(xs[s:e], slot)
+                 for slot, s, e in groups.groups]
+        extra = torch.cat(parts, 0)
+        if groups.inverse is not None:
+            extra = extra.index_select(0, groups.inverse)
+        return out + extra
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, drop_residual: str | None):
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=False)
+        self.ffn = FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.pre_norm, self.dropout = cfg.pre_norm, cfg.dropout
+        # Liu et al. (2021): without this residual the encoder output is less tied to the
+        # source positions, hence more language-agnostic (paper §3, "Residual" baseline).
+        self.drop_residual = drop_residual
+
+    def _sublayer(self, x, fn, norm, residual: bool):
+        if self.pre_norm:
+            y = F.dropout(fn(norm(x)), self.dropout, self.training)
+            return x + y if residual else y
+        y = F.dropout(fn(x), self.dropout, self.training)
+        return norm(x + y if residual else y)
+
+    def forward(self, x, mask):
+        x = self._sublayer(x, lambda h: self.self_attn(h, mask=mask), self.norm1,
+                           self.drop_residual != "self_attn")
+        return self._sublayer(x, self.ffn, self.norm2, self.drop_residual != "ffn")
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, cll: bool):
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=False)
+        self.cross_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=True)
+        self.ffn = CLLFeedForward(cfg, len(cfg.lsl_languages)) if cll else \
+            FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
+        self.cll = cll
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.pre_norm, self.dropout = cfg.pre_norm, cfg.dropout
+
+    def _sublayer(self, x, fn, norm):
+        if self.pre_norm:
+            return x + F.dropout(fn(norm(x)), self.dropout, self.training)
+        return norm(x + F.dropout(fn(x), self.dropout, self.training))
+
+    def forward(self, x, enc_out, enc_mask, groups, cache=None, use_lsl=True):
+        x = self._sublayer(x, lambda h: self.self_attn(h, causal=True, cache=None if cache is None else cache["self"]),
+                           self.norm1)
+        x = self._sublayer(x, lambda h: self.cross_attn(h, memory=enc_out, mask=enc_mask,
+                                                        cache=None if cache is None else cache["cross"]),
+                           self.norm2)
+        ffn = (lambda h: self.ffn(h, groups, use_lsl)) if self.cll else self.ffn
+        return self._sublayer(x, ffn, self.norm3)
+
+
+class CLLTransformer(nn.Module):
+    """Encoder-decoder with tied embeddings/output projection and CLL in ``cfg.cll_layers``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        nn.init.normal_(self.embed.weight, 0.0, d ** -0.5)
+        with torch.no_grad():
+            self.embed.weight[cfg.pad_id].zero_()
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, d), persistent=False)
+        self.encoder = nn.ModuleList(
+            EncoderLayer(cfg, cfg.residual_sublayer if i == cfg.residual_layer else None)
+            for i in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, i in cfg.cll_layers) for i in range(cfg.decoder_layers))
+        self.enc_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        self.dec_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        # tgt_lang id (manifest order) -> LSL slot, -1 for the central language.
+        slots = [cfg.lsl_languages.index(x) if x in cfg.lsl_languages else -1 for x in cfg.languages]
+        self.register_buffer("lang_slot", torch.tensor(slots or [-1], dtype=torch.long), persistent=False)
+
+    # -- pieces (also used by incremental decoding) ------------------------------------------
+    def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        n = tokens.shape[1]
+        if offset + n > self.cfg.max_positions:
+            raise ValueError(f"sequence of {offset + n} tokens exceeds max_positions {self.cfg.max_positions}")
+        x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset:offset + n].to(self.embed.weight.dtype)
+        return F.dropout(x, self.cfg.dropout, self.training)
+
+    def encode(self, src_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> enc_out (B, S, D) and the key mask (B, 1, 1, S), True where a real token is."""
+        mask = (src_tokens != self.cfg.pad_id)[:, None, None, :]
+        x = self._embed(src_tokens)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.enc_norm(x), mask
+
+    def lang_groups(self, tgt_lang: torch.Tensor) -> LangGroups | None:
+        if not self.cfg.cll_layers:
+            return None
+        return LangGroups.from_slots(self.lang_slot[tgt_lang])
+
+    def decode(self, prev_tokens, enc_out, enc_mask, tgt_lang, cache: list | None = None, offset: int = 0,
+               use_lsl: bool = True, groups: LangGroups | None = None) -> torch.Tensor:
+        """-> logits (B, T, V). With ``cache`` (from :meth:`new_cache`), ``prev_tokens`` are the
+        newest positions starting at ``offset``."""
+        groups = groups if groups is not None else self.lang_groups(tgt_lang)
+        x = self._embed(prev_tokens, offset)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, enc_out, enc_mask, groups, None if cache is None else cache[i], use_lsl)
+        return F.linear(self.dec_norm(x), self.embed.weight)       # (B, T, V), tied weights
+
+    def new_cache(self) -> list[dict]:
+        return [{"self": {}, "cross": {}} for _ in self.decoder]
+
+    def forward(self, src_tokens: torch.Tensor, prev_output_tokens: torch.Tensor,
+                tgt_lang: torch.Tensor) -> torch.Tensor:
+        enc_out, enc_mask = self.encode(src_tokens)
+        return self.decode(prev_output_tokens, enc_out, enc_mask, tgt_lang)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def shift_right(self, tgt_tokens: torch.Tensor) -> torch.Tensor:
+        """Decoder input: bos + target without its last position (teacher forcing)."""
+        bos = torch.full_like(tgt_tokens[:, :1], self.cfg.bos_id)
+        return torch.cat([bos, tgt_tokens[:, :-1]], dim=1)
+
+    def cll_modules(self) -> list[CLLFeedForward]:
+        return [layer.ffn for layer in self.decoder if layer.cll]
+
+    def t_weights(self) -> dict[str, list[float]]:
+        """Learned t_l per language (rows) and CLL layer (columns): paper Fig. 6."""
+        mods = self.cll_modules()
+        return {lang: [float(m.t[i]) for m in mods] for i, lang in enumerate(self.cfg.lsl_languages)}
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross entropy and summed NLL over non-pad target tokens."""
+    lprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)   # (B*T, V)
+    tgt = target.reshape(-1, 1)
+    keep = tgt != pad_id
+    nll = -(lprobs.gather(1, tgt) * keep).sum()
+    # One log-softmax for both terms: torch's label_smoothing spreads ε uniformly over V classes.
+    smooth = -(lprobs.sum(-1, keepdim=True) * keep).sum()
+    loss = (1.0 - smoothing) * nll + smoothing / lprobs.shape[-1] * smooth
+    return loss, nll.detach()

@@ -1,0 +1,334 @@
+"""``cll-train``: train a CLL Transformer with DeepSpeed ZeRO-2.
+
+    cll-train --recipe recipes/multi30k_centered_fcll.yaml                     # one process
+    deepspeed --num_gpus 2 -m cll_scale.train --recipe R                        # 2 ranks
+    deepspeed --num_nodes N --num_gpus G --hostfile H -m cll_scale.train --recipe R
+    cll-train --recipe R --resume                                               # continue
+
+The recipe gives the preset, ``model``, ``data`` (stream) and ``train`` sections; ``--set
+section.key=value`` overrides any field. The run directory receives the resolved config, the
+DeepSpeed config, the git commit, metrics (JSON lines and DeepSpeed's monitor), checkpoints,
+the training-curve PNG and ``export/``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from cll_scale import engine as ds
+from cll_scale.config import PRESETS, apply_overrides, build_configs, load_recipe
+from cll_scale.export import write_export
+from cll_scale.manifest import Manifest
+from cll_scale.model import CLLTransformer, label_smoothed_loss
+from cll_scale.stream import ShardStream, eval_batches
+
+MAX_CONSECUTIVE_SKIPS = 50
+
+
+def inverse_sqrt(warmup: int):
+    """Linear warm-up to the peak, then ∝ 1/sqrt(step) (Vaswani et al. 2017; paper App. A)."""
+    def factor(step: int) -> float:
+        step = max(step, 1)
+        return min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
+    return factor
+
+
+def set_threads() -> None:
+    """One thread per rank when ranks share the CPU cores (ECOSYSTEM.md: 7× faster than two)."""
+    if torch.cuda.is_available():
+        return
+    n = os.environ.get("OMP_NUM_THREADS")
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1)))
+    torch.set_num_threads(int(n) if n else max(1, (os.cpu_count() or 1) // max(1, local_world)))
+
+
+def git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parents[1]
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
+        return head + (" (uncommitted changes)" if dirty.strip() else "") if head else "unknown"
+    except OSError:
+        return "unknown"
+
+
+class Trainer:
+    """The loop and its bookkeeping; DeepSpeed only through :mod:`cll_scale.engine`."""
+
+    def __init__(self, recipe: dict, resume: bool = False):
+        set_threads()
+        self.rank, self.world, _ = ds.init_distributed()
+        data_dir = recipe.get("train", {}).get("data")
+        if not data_dir:
+            raise ValueError("no shard directory: set train.data in the recipe or pass --data")
+        self.manifest = Manifest.load(data_dir)
+        self.model_cfg, self.stream_cfg, self.cfg = build_configs(
+            recipe, self.manifest.languages, self.manifest.central_language, self.manifest.tokenizer)
+        if not (self.cfg.max_steps or self.cfg.max_minutes):
+            raise ValueError("no budget: set --max-steps and/or --max-minutes")
+        self.run_dir = Path(self.cfg.run_dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        tag = ds.latest_tag(self.ckpt_dir)
+        if tag and not resume:
+            raise FileExistsError(f"{self.run_dir} already has checkpoints; pass --resume to continue "
+                                  f"it, or choose another run directory")
+        universal = bool(tag) and ds.checkpoint_world_size(self.ckpt_dir, tag) != self.world
+        if universal:
+            tag = ds.convert_to_universal(self.ckpt_dir, tag)
+        if self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(self.cfg.seed)        # identical initial weights on every rank
+        self.model = CLLTransformer(self.model_cfg)
+        ds_cfg = ds.make_ds_config(self.cfg.ds_config, self.cfg, self.world, self.run_dir, universal)
+        self.engine = ds.initialize(self.model, ds_cfg, self._optimizer, self._scheduler)
+        self.device = self.engine.device
+        self.stream = ShardStream(data_dir, self.stream_cfg, self.rank, self.world)
+        self.step, self.elapsed, self.tokens_seen = 0, 0.0, 0
+        torch.manual_seed(self.cfg.seed * 1000 + self.rank)   # dropout differs between ranks
+        if tag:
+            self._restore(tag, universal)
+        if self.rank == 0:
+            resolved = {"preset": recipe.get("preset", "small"), "model": self.model_cfg.to_json(),
+                        "data": asdict(self.stream_cfg), "train": asdict(self.cfg)}
+            (self.run_dir / "config.json").write_text(json.dumps(resolved, indent=1))
+            (self.run_dir / "ds_config.json").write_text(json.dumps(ds_cfg, indent=1))
+            (self.run_dir / "git.txt").write_text(git_commit() + "\n")
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+
+    # -- construction helpers -----------------------------------------------------------------
+    def _optimizer(self, model):
+        return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.cfg.lr,
+                                 betas=self.cfg.betas, eps=self.cfg.eps, weight_decay=self.cfg.weight_decay)
+
+    def _scheduler(self, optimizer):
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(self.cfg.warmup_steps))
+
+    def _restore(self, tag: str, universal: bool) -> None:
+        client = ds.load_checkpoint(self.engine, self.ckpt_dir, tag)
+        self.step, self.elapsed = int(client["step"]), float(client["elapsed"])
+        self.tokens_seen = int(client.get("tokens_seen", 0))
+        streams, rngs = client["streams"], client["rng"]
+        if len(streams) == self.world and not universal:
+            self.stream.load_state_dict(streams[self.rank])
+            torch.set_rng_state(rngs[self.rank])
+        else:   # another world size: slices differ, so each direction restarts its current pool
+            self.stream.load_state_dict(streams[0], strict_world=False)
+        self.log(f"resumed from {self.ckpt_dir / tag} at step {self.step}"
+                 + (" (universal checkpoint, world size changed)" if universal else ""))
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def train(self) -> dict:
+        cfg, eng = self.cfg, self.engine
+        bar = tqdm(total=cfg.max_steps or None, initial=self.step, disable=self.rank != 0 or None,
+                   desc="train", unit="step", dynamic_ncols=True)
+        window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "skipped": 0, "t": time.perf_counter()}
+        last = {}
+        eng.train()
+        while not self._budget_spent():
+            t_step = time.perf_counter()
+            loss_sum, nll_sum, ntok = self._train_step(window)
+            self.step += 1
+            sums = ds.all_reduce_sum([loss_sum, nll_sum, ntok, time.perf_counter() - t_step], self.device)
+            self.elapsed += sums[3] / self.world
+            self.tokens_seen += int(sums[2])
+            window["loss"] += sums[0]
+            window["nll"] += sums[1]
+            window["tokens"] += sums[2]
+            bar.update(1)
+            if self.step % cfg.log_every == 0 or self._budget_spent():
+                last = self._log_train(window)
+                bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
+                window.update(loss=0.0, nll=0.0, tokens=0.0, skipped=0, t=time.perf_counter())
+            if self.step % cfg.valid_every == 0:
+                last.update(self.validate())
+            if self.step % cfg.ckpt_every == 0:
+                self.save()
+        bar.close()
+        if self.step % cfg.valid_every:
+            last.update(self.validate())
+        tag = self.save()
+        if self.rank == 0:
+            from cll_scale.plots import plot_training_curves
+            plot_training_curves(self.metrics_path, self.run_dir / "curves.png")
+        if cfg.export:
+            self.export(tag)
+        ds.barrier()
+        return {"step": self.step, **last}
+
+    def _budget_spent(self) -> bool:
+        # Decided from all-reduced numbers only, so every rank stops at the same step.
+        return bool((self.cfg.max_steps and self.step >= self.cfg.max_steps)
+                    or (self.cfg.max_minutes and self.elapsed >= self.cfg.max_minutes * 60))
+
+    def _train_step(self, window: dict) -> tuple[float, float, float]:
+        """One optimizer step = ``grad_accum`` microbatches with a finite loss."""
+        eng, model = self.engine, self.engine.module
+        done = skips = 0
+        loss_sum = nll_sum = ntok = 0.0
+        while done < self.cfg.grad_accum:
+            batch = next(self.stream).to(self.device)
+            logits = eng(batch.src_tokens, model.shift_right(batch.tgt_tokens), batch.tgt_lang)
+            loss, nll = label_smoothed_loss(logits, batch.tgt_tokens, self.model_cfg.pad_id,
+                                            self.cfg.label_smoothing)
+            loss = self._inject_fault(loss)
+            # Per-token mean per microbatch; DeepSpeed averages over accumulation and ranks.
+            mean = loss / batch.ntokens
+            if not ds.all_finite(mean):
+                skips += 1
+                window["skipped"] += 1
+                self.log(f"step {self.step + 1}: non-finite loss on {batch.direction}; microbatch skipped")
+                if skips >= MAX_CONSECUTIVE_SKIPS:
+                    raise FloatingPointError(f"{skips} consecutive non-finite losses: training diverged")
+                continue
+            eng.backward(mean)
+            eng.step()
+            done += 1
+            loss_sum += float(loss.detach())
+            nll_sum += float(nll)
+            ntok += batch.ntokens
+        return loss_sum, nll_sum, ntok
+
+    def _inject_fault(self, loss: torch.Tensor) -> torch.Tensor:
+        """Test hook: CLL_INJECT_NAN_AT_STEP=k makes the first microbatch of step k non-finite."""
+        at = os.environ.get("CLL_INJECT_NAN_AT_STEP")
+        if at and int(at) == self.step + 1 and not getattr(self, "_injected", False):
+            self._injected = True
+            return loss * float("nan")
+        return loss
+
+    # -- validation, logging, checkpoints, export ----------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Loss per direction of the validation split, supervised and zero-shot averaged apart."""
+        split = "valid" if "valid" in self.manifest.splits else None
+        if split is None:
+            return {}
+        self.engine.eval()
+        per_dir = {}
+        for direction in self.manifest.splits[split].directions():
+            sums = [0.0, 0.0]
+            for i, batch in enumerate(eval_batches(self.cfg.data, split, direction, self.stream_cfg.max_tokens,
+                                                   self.rank, self.world, self.stream_cfg.add_lang_tag)):
+                if self.cfg.valid_max_batches and i >= self.cfg.valid_max_batches:
+                    break
+                batch = batch.to(self.device)
+                logits = self.engine(batch.src_tokens, self.engine.module.shift_right(batch.tgt_tokens), batch.tgt_lang)
+                _, nll = label_smoothed_loss(logits, batch.tgt_tokens, self.model_cfg.pad_id, 0.0)
+                sums[0] += float(nll)
+                sums[1] += batch.ntokens
+            nll, tokens = ds.all_reduce_sum(sums, self.device)
+            per_dir[direction] = nll / max(tokens, 1)
+        self.engine.train()
+        sup = [v for d, v in per_dir.items() if not self.manifest.is_zero_shot(d)]
+        zero = [v for d, v in per_dir.items() if self.manifest.is_zero_shot(d)]
+        out = {"valid_nll": sum(sup) / max(len(sup), 1)}
+        if zero:
+            out["valid_zero_shot_nll"] = sum(zero) / len(zero)
+        record = {"step": self.step, **out, "valid_by_direction": per_dir}
+        self._write_metrics(record)
+        ds.monitor_events(self.engine, [(f"Valid/{k}", v, self.step) for k, v in out.items()])
+        self.log(f"step {self.step}: valid nll {out['valid_nll']:.3f}"
+                 + (f", zero-shot {out['valid_zero_shot_nll']:.3f}" if zero else ""))
+        return out
+
+    def _log_train(self, w: dict) -> dict:
+        dt = time.perf_counter() - w["t"]
+        tokens = max(w["tokens"], 1.0)
+        rec = {"step": self.step, "loss": w["loss"] / tokens, "nll": w["nll"] / tokens,
+               "ppl": math.exp(min(w["nll"] / tokens, 50)), "lr": self.engine.get_lr()[0],
+               "tokens_per_s": w["tokens"] / max(dt, 1e-9), "epoch": self.stream.epoch,
+               "grad_norm": _float(self.engine.get_global_grad_norm()), "skipped": w["skipped"],
+               "elapsed_s": self.elapsed, "tokens_seen": self.tokens_seen}
+        self._write_metrics(rec)
+        ds.monitor_events(self.engine, [("Train/loss", rec["loss"], self.step), ("Train/nll", rec["nll"], self.step),
+                                        ("Train/lr", rec["lr"], self.step),
+                                        ("Train/tokens_per_s", rec["tokens_per_s"], self.step)])
+        return rec
+
+    def _write_metrics(self, record: dict) -> None:
+        if self.rank == 0:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def save(self) -> str:
+        state = {"step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
+                 "streams": ds.all_gather_object(self.stream.state_dict()),
+                 "rng": ds.all_gather_object(torch.get_rng_state())}
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        return ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last)
+
+    def export(self, tag: str) -> None:
+        if self.rank == 0:
+            weights = ds.consolidated_state_dict(self.ckpt_dir, tag)
+            write_export(self.run_dir / "export", weights, self.model_cfg, self.cfg.data,
+                         {"step": self.step, "run_dir": str(self.run_dir), "checkpoint": tag,
+                          "git": git_commit()})
+            self.log(f"exported {self.run_dir / 'export'}")
+
+    def log(self, message: str) -> None:
+        if self.rank == 0:
+            tqdm.write(f"[cll-train] {message}", file=sys.stderr)
+
+
+def _float(x) -> float | None:
+    if x is None:
+        return None
+    return float(x.item() if torch.is_tensor(x) else x)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cll-train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe", help="YAML or JSON recipe (sections: preset, model, data, train)")
+    p.add_argument("--data", help="shard directory (train.data)")
+    p.add_argument("--run-dir", help="run directory (train.run_dir)")
+    p.add_argument("--preset", choices=sorted(PRESETS))
+    p.add_argument("--variant", choices=("baseline", "residual", "sd", "fcll"))
+    p.add_argument("--ds-config", help="a ds_configs/*.json (engine settings), or 'auto'")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-minutes", type=float)
+    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a recipe field, e.g. --set train.lr=5e-4 --set model.lsl_dim=512")
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # added by the launcher
+    return p
+
+
+def recipe_from_args(args) -> dict:
+    recipe = load_recipe(args.recipe) if args.recipe else {}
+    if args.preset:
+        recipe["preset"] = args.preset
+    for key, value in (("data", args.data), ("run_dir", args.run_dir), ("ds_config", args.ds_config),
+                       ("max_steps", args.max_steps), ("max_minutes", args.max_minutes)):
+        if value is not None:
+            recipe.setdefault("train", {})[key] = value
+    if args.variant:
+        recipe.setdefault("model", {})["variant"] = args.variant
+    return apply_overrides(recipe, args.set)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        recipe = recipe_from_args(args)
+        result = Trainer(recipe, resume=args.resume).train()
+    except (ValueError, FileExistsError, FileNotFoundError) as err:
+        print(f"cll-train: error: {err}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
