@@ -175,6 +175,23 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
     return recipe
 
 
+def _coerce(cls, kw: dict) -> dict:
+    """Recipe values to the field's type: YAML reads ``7e-4`` as a string and ``1e3`` as a float."""
+    out = dict(kw)
+    for f in dataclasses.fields(cls):
+        if f.name not in out or f.default is dataclasses.MISSING or f.default is None:
+            continue
+        value, kind = out[f.name], type(f.default)
+        try:
+            if kind is float and isinstance(value, (str, int)) and not isinstance(value, bool):
+                out[f.name] = float(value)
+            elif kind is int and isinstance(value, (str, float)) and float(value) == int(float(value)):
+                out[f.name] = int(float(value))
+        except ValueError:
+            raise ValueError(f"{cls.__name__}.{f.name}: {value!r} is not a {kind.__name__}") from None
+    return out
+
+
 def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer) -> tuple:
     """Resolve a recipe against a shard manifest into (ModelConfig, StreamConfig, TrainConfig)."""
     from cll_scale.stream import StreamConfig
@@ -183,7 +200,8 @@ def build_configs(recipe: dict, languages: list[str], central: str | None, token
                     eos_id=tokenizer.eos_id, languages=list(languages), central_language=central)
     model_kw.update(recipe.get("model", {}))
     try:
-        return (ModelConfig(**model_kw), StreamConfig(**recipe.get("data", {})),
-                TrainConfig(**recipe.get("train", {})))
+        return (ModelConfig(**_coerce(ModelConfig, model_kw)),
+                StreamConfig(**_coerce(StreamConfig, recipe.get("data", {}))),
+                TrainConfig(**_coerce(TrainConfig, recipe.get("train", {}))))
     except TypeError as err:
         raise ValueError(f"recipe: {err}") from None

@@ -279,7 +279,7 @@ class CLLTransformer(nn.Module):
     def t_weights(self) -> dict[str, list[float]]:
         """Learned t_l per language (rows) and CLL layer (columns): paper Fig. 6."""
         mods = self.cll_modules()
-        return {lang: [float(m.t[i]) for m in mods] for i, lang in enumerate(self.cfg.lsl_languages)}
+        return {lang: [float(m.t[i].detach()) for m in mods] for i, lang in enumerate(self.cfg.lsl_languages)}
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float

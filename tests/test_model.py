@@ -1,0 +1,162 @@
+"""The CLL Transformer (paper Eq. 3) as a specification: central path, LSL isolation, grouped
+dispatch, residual removal, variants."""
+import pytest
+import torch
+
+from cll_scale.config import PRESETS, ModelConfig
+from cll_scale.model import CLLTransformer, LangGroups, label_smoothed_loss
+
+LANGS = ["en", "de", "fr", "cs"]          # en is central: de, fr, cs get LSLs
+
+
+def make(variant="fcll", seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(**{**PRESETS["tiny"], **kw}, vocab_size=60, languages=LANGS, central_language="en",
+                      variant=variant, dropout=0.0, cll_dropout=0.0)
+    return CLLTransformer(cfg).eval()
+
+
+def batch(b=6, s=7, t=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, 60, (b, s), generator=g)
+    tgt = torch.randint(4, 60, (b, t), generator=g)
+    src[0, -2:] = 0      # some padding
+    return src, tgt
+
+
+def test_variants_resolve_to_the_papers_layouts():
+    base = ModelConfig(**PRESETS["base"], languages=LANGS, central_language="en", variant="baseline")
+    assert base.cll_layers == [] and base.residual_sublayer is None
+    sd = ModelConfig(**PRESETS["base"], languages=LANGS, central_language="en", variant="sd")
+    assert sd.cll_layers == [3] and sd.residual_sublayer == "ffn" and sd.residual_layer == 3   # layer N/2+1
+    fcll = ModelConfig(**PRESETS["base"], languages=LANGS, central_language="en", variant="fcll")
+    assert fcll.cll_layers == list(range(6)) and fcll.lsl_languages == ["de", "fr", "cs"]
+    res = ModelConfig(**PRESETS["base"], languages=LANGS, variant="residual", residual_sublayer="self_attn")
+    assert res.residual_sublayer == "self_attn" and res.lsl_languages == LANGS   # non-centered
+    custom = ModelConfig(**PRESETS["base"], languages=LANGS, variant="custom", cll_layers=[0, 5])
+    assert custom.cll_layers == [0, 5]
+    with pytest.raises(ValueError, match="outside"):
+        ModelConfig(**PRESETS["base"], languages=LANGS, variant="custom", cll_layers=[6])
+
+
+def test_t_starts_at_0_1_per_layer_and_language():
+    model = make()
+    assert model.t_weights() == {x: pytest.approx([0.1, 0.1]) for x in ["de", "fr", "cs"]}
+
+
+def _baseline_twin(fcll: CLLTransformer) -> CLLTransformer:
+    """A Baseline model holding the FCLL model's shared weights (FFN, attention, embeddings)."""
+    base = make("baseline")
+    state = {k.replace(".ffn.ffn.", ".ffn."): v for k, v in fcll.state_dict().items()
+             if not any(f".ffn.{p}." in k for p in ("w1", "b1", "w2", "b2", "t"))}
+    base.load_state_dict(state, strict=True)
+    return base
+
+
+def test_central_language_path_is_the_plain_ffn():
+    fcll = make()
+    base = _baseline_twin(fcll)
+    src, tgt = batch()
+    en = torch.zeros(len(src), dtype=torch.long)          # every target is the central language
+    de = torch.ones(len(src), dtype=torch.long)
+    prev = fcll.shift_right(tgt)
+    with torch.no_grad():
+        assert torch.equal(fcll(src, prev, en), base(src, prev, en))
+        assert not torch.allclose(fcll(src, prev, de), base(src, prev, de))
+        # switching the LSLs off (paper Table 10 ablation) gives the shared path for any language
+        enc, mask = fcll.encode(src)
+        off = fcll.decode(prev, enc, mask, de, use_lsl=False)
+        assert torch.equal(off, base(src, prev, de))
+
+
+def test_lsl_of_a_language_only_affects_sentences_with_that_target():
+    model = make()
+    src, tgt = batch()
+    tgt_lang = torch.tensor([1, 2, 0, 1, 3, 2])               # de fr en de cs fr
+    logits = model(src, model.shift_right(tgt), tgt_lang)
+    de_params = [m.w1[0] for m in model.cll_modules()] + [m.t[0] for m in model.cll_modules()]
+    for row in range(len(src)):
+        grads = torch.autograd.grad(logits[row].sum(), de_params, retain_graph=True, allow_unused=True)
+        touched = any(g is not None and g.abs().sum() > 0 for g in grads)
+        assert touched == (tgt_lang[row].item() == 1), f"row {row}"
+
+
+def test_grouped_dispatch_equals_one_sentence_at_a_time():
+    model = make()
+    src, tgt = batch(b=8)
+    tgt_lang = torch.tensor([3, 1, 0, 2, 1, 3, 0, 2])
+    prev = model.shift_right(tgt)
+    groups = model.lang_groups(tgt_lang)
+    assert groups.order is not None and [g[0] for g in groups.groups] == [-1, 0, 1, 2]
+    with torch.no_grad():
+        together = model(src, prev, tgt_lang)
+        for i in range(len(src)):
+            keep = src[i] != 0
+            alone = model(src[i:i + 1, keep], prev[i:i + 1], tgt_lang[i:i + 1])
+            torch.testing.assert_close(together[i:i + 1], alone, rtol=1e-5, atol=1e-5)
+
+
+def test_lang_groups_sort_once_and_skip_sorted_batches():
+    g = LangGroups.from_slots(torch.tensor([2, 2, 2]))
+    assert g.groups == [(2, 0, 3)] and g.order is None
+    g = LangGroups.from_slots(torch.tensor([-1, 0, 0, 1]))
+    assert g.groups == [(-1, 0, 1), (0, 1, 3), (1, 3, 4)] and g.order is None
+    g = LangGroups.from_slots(torch.tensor([1, -1, 1, 0]))
+    assert g.groups == [(-1, 0, 1), (0, 1, 2), (1, 2, 4)]
+    assert g.order.tolist() == [1, 3, 0, 2] and g.inverse.tolist() == [2, 0, 3, 1]
+
+
+@pytest.mark.parametrize("sublayer", ["ffn", "self_attn"])
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_residual_removal_removes_exactly_one_residual(sublayer, pre_norm):
+    model = make("residual", residual_sublayer=sublayer, pre_norm=pre_norm, encoder_layers=3)
+    assert [layer.drop_residual for layer in model.encoder] == [None, sublayer, None]
+    x = torch.randn(2, 5, 32)
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    for i, layer in enumerate(model.encoder):
+        attn = lambda h: layer.self_attn(h, mask=mask)   # noqa: E731
+        keep_attn = layer.drop_residual != "self_attn"
+        keep_ffn = layer.drop_residual != "ffn"
+        if pre_norm:
+            h = (x if keep_attn else 0) + attn(layer.norm1(x))
+            want = (h if keep_ffn else 0) + layer.ffn(layer.norm2(h))
+        else:
+            h = layer.norm1((x if keep_attn else 0) + attn(x))
+            want = layer.norm2((h if keep_ffn else 0) + layer.ffn(h))
+        torch.testing.assert_close(layer(x, mask), want)
+        assert (keep_attn and keep_ffn) == (i != 1)
+
+
+def test_sd_has_cll_only_in_the_middle_decoder_layer():
+    model = make("sd", decoder_layers=4, encoder_layers=4)
+    assert [layer.cll for layer in model.decoder] == [False, False, True, False]
+    assert model.encoder[2].drop_residual == "ffn"
+
+
+def test_non_centered_models_give_every_language_an_lsl():
+    torch.manual_seed(0)
+    cfg = ModelConfig(**PRESETS["tiny"], vocab_size=60, languages=["de", "fr", "cs"], central_language=None)
+    model = CLLTransformer(cfg)
+    assert model.lang_slot.tolist() == [0, 1, 2] and len(model.cll_modules()[0].w1) == 3
+
+
+def test_label_smoothed_loss_matches_torch():
+    logits = torch.randn(3, 4, 11)
+    target = torch.randint(1, 11, (3, 4))
+    target[0, 2:] = 0
+    loss, nll = label_smoothed_loss(logits, target, pad_id=0, smoothing=0.1)
+    ref = torch.nn.functional.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0,
+                                            label_smoothing=0.1, reduction="sum")
+    ref_nll = torch.nn.functional.cross_entropy(logits.reshape(-1, 11), target.reshape(-1), ignore_index=0,
+                                                reduction="sum")
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(nll, ref_nll)
+
+
+def test_model_module_imports_no_deepspeed():
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['deepspeed'] = None\n"
+            "import cll_scale.model, cll_scale.export, cll_scale.stream\nprint('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr

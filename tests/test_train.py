@@ -1,0 +1,144 @@
+"""cll-train end to end: the three launches (one process, `deepspeed --num_gpus 2`, a simulated
+two-node launch), loss going down, exact fp32 resume, universal resume at another world size,
+and an export that loads without DeepSpeed."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def common(shards, run_dir, steps, *extra):
+    return ["--data", str(shards), "--preset", "tiny", "--run-dir", str(run_dir), "--max-steps", str(steps),
+            "--ds-config", "cpu_fp32.json", "--set", "train.log_every=1", "--set", "train.valid_every=1000",
+            "--set", "data.max_tokens=1024", "--set", "train.lr=3e-3", "--set", "train.warmup_steps=10",
+            *extra]
+
+
+def cll_train(*argv, check=True):
+    res = subprocess.run([sys.executable, "-m", "cll_scale.train", *map(str, argv)], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    if check and res.returncode:
+        raise AssertionError(f"cll-train failed ({res.returncode}):\n{res.stderr[-4000:]}")
+    return res
+
+
+def losses(run_dir) -> dict[int, float]:
+    rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_path):
+    full, split = tmp_path / "full", tmp_path / "split"
+    cll_train(*common(m30k_centered, full, 40, "--set", "train.ckpt_every=20"))
+    cll_train(*common(m30k_centered, split, 17, "--set", "train.export=false"))
+    res = cll_train(*common(m30k_centered, split, 40, "--set", "train.ckpt_every=20"), "--resume")
+    assert "resumed from" in res.stderr and "step00000017" in res.stderr
+    a, b = losses(full), losses(split)
+    assert sorted(b) == list(range(1, 41))
+    for step in range(18, 41):            # fp32: the resumed run is the uninterrupted run
+        assert abs(a[step] - b[step]) <= 1e-6, (step, a[step], b[step])
+    first, last = sum(a[s] for s in range(1, 6)) / 5, sum(a[s] for s in range(36, 41)) / 5
+    assert last < first - 1.0, f"loss did not fall: {first:.3f} -> {last:.3f}"
+    # The run directory describes itself.
+    for name in ("config.json", "ds_config.json", "git.txt", "curves.png", "monitor/train/Train_loss.csv"):
+        assert (full / name).is_file(), name
+    ds_cfg = json.loads((full / "ds_config.json").read_text())
+    assert ds_cfg["zero_optimization"]["stage"] == 2 and ds_cfg["gradient_accumulation_steps"] == 1
+    assert sorted(p.name for p in (full / "checkpoints").glob("step*")) == ["step00000020", "step00000040"]
+    # A second start without --resume refuses to overwrite the run.
+    res = cll_train(*common(m30k_centered, full, 45), check=False)
+    assert res.returncode == 2 and "pass --resume" in res.stderr
+    # The export loads with DeepSpeed made unimportable, and scores the data like the run did.
+    code = f"""
+import sys; sys.modules['deepspeed'] = None
+import torch
+from cll_scale.export import load_export
+from cll_scale.model import label_smoothed_loss
+from cll_scale.stream import eval_batches
+model, manifest = load_export({str(full / 'export')!r})
+nll = tokens = 0
+with torch.no_grad():
+    for b in eval_batches({str(m30k_centered)!r}, 'valid', 'en-de', 2048):
+        logits = model(b.src_tokens, model.shift_right(b.tgt_tokens), b.tgt_lang)
+        nll += float(label_smoothed_loss(logits, b.tgt_tokens, 0, 0.0)[1]); tokens += b.ntokens
+print(nll / tokens, manifest.languages)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    nll = float(out.stdout.split()[0])
+    assert 0 < nll < a[1]                 # trained weights, better than at step 1
+    # A tampered weight file is refused.
+    weights = full / "export" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-10] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    from cll_scale.export import ExportError, load_export
+    with pytest.raises(ExportError, match="model.safetensors differ"):
+        load_export(full / "export")
+
+
+def probe(launch, shards, run_dir, report, steps, *extra, env=None):
+    args = [*common(shards, run_dir, steps, "--set", "train.grad_accum=2", *extra), "--report", str(report)]
+    return subprocess.Popen([*launch, str(ROOT / "tests" / "ds_probe.py"), *args], cwd=ROOT,
+                            env=env or ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc) -> str:
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+@pytest.mark.slow
+def test_two_ranks_zero2_then_resume_on_one_rank(m30k_centered, tmp_path):
+    run, report = tmp_path / "run", tmp_path / "report.json"
+    finish(probe([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port())], m30k_centered, run, report, 12))
+    ranks = json.loads(report.read_text())
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["world"] == 2 for r in ranks)
+    assert all(r["threads"] == 1 for r in ranks)
+    assert ranks[0]["param_sha"] == ranks[1]["param_sha"]            # data parallel: one model
+    total = ranks[0]["total_params"]
+    parts = [r["opt_partition_numel"] for r in ranks]
+    assert sum(parts) >= total and max(parts) <= total // 2 + 64      # ZeRO-2: optimizer state halved
+    assert len(list((run / "checkpoints" / "step00000012").glob("zero_pp_rank_*_optim_states.pt"))) == 2
+    # Every step trains one target language (FCLL, grad_accum=2): the LSLs of the other
+    # languages get no gradient in that step, and ZeRO-2 accepts it.
+    assert all(r["step"] == 12 for r in ranks)
+    # Resume the 2-rank checkpoint in one process: universal conversion, loss goes on.
+    res = cll_train(*common(m30k_centered, run, 18, "--set", "train.grad_accum=2"), "--resume")
+    assert "universal checkpoint" in res.stderr
+    after = losses(run)
+    assert sorted(after) == list(range(1, 19))
+    assert all(abs(after[s]) < 20 for s in range(13, 19))
+    assert abs(after[13] - after[12]) < 1.0                          # continuous, not restarted
+
+
+@pytest.mark.slow
+def test_simulated_two_node_launch(m30k_centered, tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node-a slots=1\nnode-b slots=1\n")
+    port = str(free_port())
+    report = tmp_path / "report.json"
+    procs = [probe([DEEPSPEED, "--hostfile", str(hostfile), "--num_nodes", "2", "--num_gpus", "1", "--no_ssh",
+                    "--master_addr", "127.0.0.1", "--master_port", port, "--node_rank", str(node)],
+                   m30k_centered, tmp_path / "run", report, 6) for node in (0, 1)]
+    for p in procs:
+        finish(p)
+    ranks = json.loads(report.read_text())
+    assert [r["rank"] for r in ranks] == [0, 1] and ranks[0]["param_sha"] == ranks[1]["param_sha"]
+    assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
