@@ -160,3 +160,17 @@ def test_model_module_imports_no_deepspeed():
             "import cll_scale.model, cll_scale.export, cll_scale.stream\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_dropout_rate_scale_and_determinism():
+    from cll_scale.model import dropout
+    x = torch.ones(400, 500)
+    torch.manual_seed(3)
+    y = dropout(x, 0.1, True)
+    dropped = (y == 0).float().mean().item()
+    assert abs(dropped - 0.1) < 0.005
+    assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.9))
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x, 0.1, True), y)          # seeded: resumable
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+    assert (dropout(torch.ones(3), 0.5, True) >= 0).all()  # odd sizes fall back to F.dropout

@@ -1,0 +1,284 @@
+"""Speed of the CLL Transformer's training step, as ratios measured side by side in one run.
+
+    python bench/bench_model.py                 # everything that runs here (CPU)
+    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, dtype, storage, ranks
+    python bench/bench_model.py --device cuda --preset base   # unchanged on a GPU machine
+
+Parts (each interleaves its contenders step by step and compares medians):
+* ``fcll``    FCLL ÷ Baseline step time, 16 target languages, LSL 256, one language per batch
+              (target ≤ 1.04; the added FLOPs alone are ~1.03).
+* ``storage`` one Parameter per language ÷ stacked [L, D, R] LSL storage (the design choice).
+* ``marian``  our Baseline tokens/s ÷ Hugging Face MarianMTModel tokens/s, same shape, random
+              weights built from a config (no download), fp32 and bf16 (target ≥ 1.0).
+* ``mfu``     achieved FLOP/s ÷ measured peak matmul FLOP/s, fp32, `small` and `base`
+              (targets ≥ 60% and ≥ 70%), and bf16's speed-up over fp32.
+* ``ranks``   2 ranks × 1 thread ÷ 1 rank × 1 thread tokens/s through cll-train and DeepSpeed
+              (target ≥ 1.8).
+On CUDA ``mfu`` reports tokens/s and MFU in bf16 against --peak-tflops (H200: ~790 dense bf16).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cll_scale.config import PRESETS, ModelConfig  # noqa: E402
+from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
+
+LANGS16 = ["en", "de", "fr", "cs", "es", "it", "nl", "pt", "ro", "ru", "pl", "sv", "fi", "hu", "el", "tr", "bg"]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_model(preset: str, variant: str, vocab: int, device, dtype, pre_norm=True, **kw) -> CLLTransformer:
+    torch.manual_seed(0)
+    cfg = ModelConfig(**{**PRESETS[preset], **kw}, vocab_size=vocab, languages=LANGS16, central_language="en",
+                      variant=variant, pre_norm=pre_norm)
+    return CLLTransformer(cfg).to(device=device, dtype=dtype).train()
+
+
+def synthetic_batch(b, s, t, vocab, device, lang=1):
+    g = torch.Generator().manual_seed(lang)
+    src = torch.randint(4, vocab, (b, s), generator=g).to(device)
+    tgt = torch.randint(4, vocab, (b, t), generator=g).to(device)
+    return src, tgt, torch.full((b,), lang, dtype=torch.long, device=device)
+
+
+def our_step(model, opt, batch, autocast_dtype=None):
+    src, tgt, lang = batch
+    with torch.autocast(device_type=src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        logits = model(src, model.shift_right(tgt), lang)
+    loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
+    (loss / tgt.numel()).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def interleave(steps: dict, n: int, device, warmup: int = 2) -> dict[str, float]:
+    """Median seconds per step of each contender, run in turn A, B, A, B, ..."""
+    times = {k: [] for k in steps}
+    for i in range(warmup + n):
+        for name, fn in steps.items():
+            sync(device)
+            t = time.perf_counter()
+            fn(i)
+            sync(device)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def step_flops(cfg: ModelConfig, b: int, s: int, t: int) -> float:
+    """Matmul FLOPs of one training step (forward × 3), attention included."""
+    d, f, v, r = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.lsl_dim
+    enc = cfg.encoder_layers * (2 * b * s * (4 * d * d + 2 * d * f) + 4 * b * s * s * d)
+    dec = cfg.decoder_layers * (2 * b * t * (4 * d * d + 2 * d * d + 2 * d * f) + 2 * b * s * 2 * d * d
+                                + 4 * b * t * t * d + 4 * b * t * s * d)
+    cll = len(cfg.cll_layers) * 2 * b * t * 2 * d * r
+    out = 2 * b * t * d * v
+    return 3.0 * (enc + dec + cll + out)
+
+
+def matmul_probe(device, dtype, n=1024):
+    """A square matmul whose FLOP rate is the machine's practical peak; timed alongside the
+    step it is compared with, so both see the same (shared, noisy) machine."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    reps = 8
+    def run(_):
+        for _ in range(reps):
+            a @ b
+    return run, 2.0 * n ** 3 * reps
+
+
+# ---------------------------------------------------------------------------------------------
+def part_fcll(args, device):
+    b, s, t = args.shape
+    rows = []
+    for dtype in args.dtypes:
+        models = {v: make_model(args.preset, v, args.vocab, device, dtype, lsl_dim=256) for v in ("baseline", "fcll")}
+        opts = {v: torch.optim.AdamW(m.parameters(), lr=1e-4) for v, m in models.items()}
+        # One target language per microbatch, cycling over the 16 non-central languages.
+        batches = [synthetic_batch(b, s, t, args.vocab, device, lang=1 + i % 16) for i in range(16)]
+        med = interleave({v: (lambda i, v=v: our_step(models[v], opts[v], batches[i % 16])) for v in models},
+                         args.steps, device)
+        cfg = models["fcll"].cfg
+        flop_ratio = step_flops(cfg, b, s, t) / step_flops(models["baseline"].cfg, b, s, t)
+        rows.append({"dtype": str(dtype).split(".")[-1], "fcll_over_baseline": med["fcll"] / med["baseline"],
+                     "flop_ratio": flop_ratio, "baseline_s": med["baseline"], "fcll_s": med["fcll"]})
+    return rows
+
+
+class StackedLSL(torch.nn.Module):
+    """The alternative storage, for the measurement only: one [L, R, D] tensor per layer."""
+
+    def __init__(self, ffn_module):
+        super().__init__()
+        w1, w2 = ffn_module.w1, ffn_module.w2
+        self.w1 = torch.nn.Parameter(torch.stack([w.detach() for w in w1]))
+        self.b1 = torch.nn.Parameter(torch.stack([x.detach() for x in ffn_module.b1]))
+        self.w2 = torch.nn.Parameter(torch.stack([w.detach() for w in w2]))
+        self.b2 = torch.nn.Parameter(torch.stack([x.detach() for x in ffn_module.b2]))
+        self.t = torch.nn.Parameter(torch.stack([x.detach() for x in ffn_module.t]))
+        self.ffn, self.cll_dropout = ffn_module.ffn, ffn_module.cll_dropout
+
+    def forward(self, x, groups, use_lsl=True):
+        out = self.ffn(x)
+        slot = groups.groups[0][0]
+        h = torch.nn.functional.linear(torch.relu(torch.nn.functional.linear(x, self.w1[slot], self.b1[slot])),
+                                       self.w2[slot], self.b2[slot])
+        return out + self.t[slot] * torch.nn.functional.dropout(h, self.cll_dropout, self.training)
+
+
+def part_storage(args, device):
+    b, s, t = args.shape
+    dtype = args.dtypes[0]
+    per_lang = make_model(args.preset, "fcll", args.vocab, device, dtype)
+    stacked = make_model(args.preset, "fcll", args.vocab, device, dtype)
+    for layer in stacked.decoder:
+        layer.ffn = StackedLSL(layer.ffn).to(device)
+    models = {"per_language": per_lang, "stacked": stacked}
+    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
+    batches = [synthetic_batch(b, s, t, args.vocab, device, lang=1 + i % 16) for i in range(16)]
+    med = interleave({k: (lambda i, k=k: our_step(models[k], opts[k], batches[i % 16])) for k in models},
+                     args.steps, device)
+    return [{"per_language_over_stacked": med["per_language"] / med["stacked"], **med}]
+
+
+def marian_model(cfg: ModelConfig, device, dtype):
+    from transformers import MarianConfig, MarianMTModel
+    mc = MarianConfig(vocab_size=cfg.vocab_size, decoder_vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+                      encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers,
+                      encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
+                      encoder_ffn_dim=cfg.ffn_dim, decoder_ffn_dim=cfg.ffn_dim, activation_function="relu",
+                      dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+                      activation_dropout=cfg.activation_dropout, max_position_embeddings=cfg.max_positions,
+                      scale_embedding=True, share_encoder_decoder_embeddings=True, pad_token_id=0,
+                      eos_token_id=3, decoder_start_token_id=2, forced_eos_token_id=3)
+    torch.manual_seed(0)
+    return MarianMTModel(mc).to(device=device, dtype=dtype).train()
+
+
+def part_marian(args, device):
+    b, s, t = args.shape
+    rows = []
+    for dtype in args.dtypes:
+        ours = make_model(args.preset, "baseline", args.vocab, device, dtype, pre_norm=False)  # Marian is post-norm
+        hf = marian_model(ours.cfg, device, dtype)
+        opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-4)
+        opt_h = torch.optim.AdamW(hf.parameters(), lr=1e-4)
+        batch = synthetic_batch(b, s, t, args.vocab, device)
+        src, tgt, _ = batch
+
+        def hf_step(_):
+            out = hf(input_ids=src, attention_mask=(src != 0), labels=tgt)
+            out.loss.backward()
+            opt_h.step()
+            opt_h.zero_grad(set_to_none=True)
+        med = interleave({"ours": lambda i: our_step(ours, opt_o, batch), "marian": hf_step}, args.steps, device)
+        tokens = b * t
+        rows.append({"dtype": str(dtype).split(".")[-1], "ours_tok_s": tokens / med["ours"],
+                     "marian_tok_s": tokens / med["marian"], "ours_over_marian": med["marian"] / med["ours"]})
+    return rows
+
+
+def part_mfu(args, device):
+    rows = []
+    presets = [args.preset] if device.type == "cuda" else ["small", "base"]
+    dtypes = [torch.bfloat16] if device.type == "cuda" else [torch.float32, torch.bfloat16]
+    for preset in presets:
+        b, s, t = args.shape
+        per_dtype = {}
+        for dtype in dtypes:
+            model = make_model(preset, "baseline", args.vocab if preset == "small" else 32000, device, dtype)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
+            probe, probe_flops = matmul_probe(device, dtype)
+            meds = interleave({"step": lambda i: our_step(model, opt, batch), "peak": probe}, args.steps, device)
+            med = meds["step"]
+            flops = step_flops(model.cfg, b, s, t)
+            peak = args.peak_tflops * 1e12 if device.type == "cuda" else probe_flops / meds["peak"]
+            per_dtype[dtype] = med
+            rows.append({"preset": preset, "dtype": str(dtype).split(".")[-1], "tok_s": b * t / med,
+                         "achieved_gflops": flops / med / 1e9, "peak_gflops": peak / 1e9,
+                         "mfu": flops / med / peak})
+        if len(per_dtype) == 2:
+            rows[-1]["bf16_speedup_over_fp32"] = per_dtype[torch.float32] / per_dtype[torch.bfloat16]
+    return rows
+
+
+def part_ranks(args, device):
+    shards = Path(args.shards)
+    if not (shards / "manifest.json").exists():
+        return [{"skipped": f"no shards at {shards} (make quickstart builds them)"}]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    res = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        common = ["--data", str(shards), "--preset", "small", "--max-steps", str(args.rank_steps),
+                  "--set", "train.log_every=5", "--set", "train.valid_every=100000", "--set", "train.export=false",
+                  "--set", "data.max_tokens=2048", "--set", "train.ckpt_every=100000"]
+        launches = {"1 rank": [sys.executable, "-m", "cll_scale.train"],
+                    "2 ranks": [str(Path(sys.executable).with_name("deepspeed")), "--num_gpus", "2",
+                                "--master_port", "29591", "--module", "cll_scale.train"]}
+        for name, cmd in launches.items():
+            run = Path(tmp) / name.replace(" ", "")
+            subprocess.run([*cmd, *common, "--run-dir", str(run)], cwd=ROOT, env=env, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            rates = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r][1:]   # skip warm-up window
+            res[name] = statistics.median(rates)
+    return [{"1rank_tok_s": res["1 rank"], "2ranks_tok_s": res["2 ranks"],
+             "scaling": res["2 ranks"] / res["1 rank"]}]
+
+
+PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", choices=sorted(PARTS))
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--preset", default="small")
+    p.add_argument("--shape", type=int, nargs=3, default=None, metavar=("B", "S", "T"))
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rank-steps", type=int, default=40)
+    p.add_argument("--shards", default=str(ROOT / "data" / "shards" / "multi30k-centered"))
+    p.add_argument("--peak-tflops", type=float, default=790.0, help="GPU dense bf16 peak for MFU")
+    p.add_argument("--json", help="write the results here too")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    args.shape = args.shape or ([128, 32, 32] if device.type == "cpu" else [256, 64, 64])
+    args.dtypes = [torch.float32, torch.bfloat16] if device.type == "cpu" else [torch.bfloat16]
+    results = {}
+    for name in args.only or list(PARTS):
+        if name == "ranks" and device.type == "cuda":
+            continue
+        results[name] = PARTS[name](args, device)
+        for row in results[name]:
+            print(name, json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
+                  flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
