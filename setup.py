@@ -34,6 +34,8 @@ setup(
         "console_scripts": [
             "cll-shards=data_tools.cli:main",
             "cll-train=cll_scale.train:main",
+            "cll-translate=cll_scale.translate:main",
+            "cll-eval=cll_scale.evaluate:main",
         ],
     },
 )

@@ -43,3 +43,50 @@ def plot_training_curves(metrics_path: str | Path, out_png: str | Path) -> Path 
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return Path(out_png)
+
+
+def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
+    """Per direction: BLEU and off-target rate (restricted) of each model, side by side."""
+    plt = _pyplot()
+    models = report["models"]
+    directions = sorted({d["direction"] for r in models.values() for d in r["directions"]})
+    fig, axes = plt.subplots(2, 1, figsize=(max(6, len(directions) * 0.9), 7), sharex=True)
+    width = 0.8 / max(1, len(models))
+    for i, (name, r) in enumerate(models.items()):
+        by = {d["direction"]: d for d in r["directions"]}
+        xs = [j + i * width for j in range(len(directions))]
+        axes[0].bar(xs, [by[d]["bleu"] if d in by else 0 for d in directions], width, label=name)
+        axes[1].bar(xs, [by[d]["off_target_restricted"] if d in by else 0 for d in directions], width, label=name)
+    kinds = {d["direction"]: d["kind"] for r in models.values() for d in r["directions"]}
+    axes[1].set_xticks([j + 0.4 - width / 2 for j in range(len(directions))])
+    axes[1].set_xticklabels([f"{d}\n{'ZS' if kinds[d] == 'zero-shot' else ''}" for d in directions])
+    axes[0].set_ylabel("BLEU")
+    axes[1].set_ylabel("off-target % (restricted LID)")
+    axes[0].legend()
+    for ax in axes:
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return Path(out_png)
+
+
+def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
+    """Learned t_l per language and CLL layer for each model (paper Fig. 6)."""
+    models = {k: r["t_weights"] for k, r in report["models"].items() if r.get("t_weights") and "LSL off" not in k}
+    if not models:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.5), squeeze=False)
+    for ax, (name, weights) in zip(axes[0], models.items()):
+        for lang, values in weights.items():
+            ax.plot(range(1, len(values) + 1), values, "o-", label=lang)
+        ax.set_title(name)
+        ax.set_xlabel("CLL layer (decoder)")
+        ax.set_ylabel("t_l")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return Path(out_png)

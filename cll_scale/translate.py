@@ -1,0 +1,209 @@
+"""Translate with an ``export/`` directory (no DeepSpeed): :class:`Translator` and ``cll-translate``.
+
+    cll-translate --model runs/x/export --tgt-lang de < input.en > output.de
+    cll-translate --model runs/x/export --tsv < mixed.tsv > output.txt   # lines "tgt<TAB>text"
+                                                                          # or "src<TAB>tgt<TAB>text"
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+import torch
+import torch.nn.functional as F
+
+from cll_scale.decoding import DecodeConfig, beam_search
+from cll_scale.export import ExportError, load_export
+from cll_scale.languages import lang_tag
+from cll_scale.model import CLLTransformer
+
+log = logging.getLogger("cll_scale.translate")
+
+
+class ModelStepper:
+    """The model as a :class:`~cll_scale.decoding.Stepper`: keeps the encoder output, the
+    per-row target language and (with ``use_cache``) each layer's keys and values."""
+
+    def __init__(self, model: CLLTransformer, src_tokens: torch.Tensor, tgt_lang: torch.Tensor,
+                 use_lsl: bool = True, use_cache: bool = True):
+        self.model, self.use_lsl = model, use_lsl
+        self.enc_out, self.enc_mask = model.encode(src_tokens)
+        self.tgt_lang = tgt_lang
+        self.cache = model.new_cache() if use_cache else None
+        self.prefix: torch.Tensor | None = None
+
+    def step(self, prev_tokens: torch.Tensor, t: int) -> torch.Tensor:
+        if self.cache is not None:
+            logits = self.model.decode(prev_tokens, self.enc_out, self.enc_mask, self.tgt_lang,
+                                       cache=self.cache, offset=t, use_lsl=self.use_lsl)
+        else:   # recompute the whole prefix: the reference that cached decoding must equal
+            self.prefix = prev_tokens if self.prefix is None else torch.cat([self.prefix, prev_tokens], 1)
+            logits = self.model.decode(self.prefix, self.enc_out, self.enc_mask, self.tgt_lang,
+                                       use_lsl=self.use_lsl)
+        return F.log_softmax(logits[:, -1].float(), dim=-1)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.enc_mask = self.enc_mask.index_select(0, index)
+        self.tgt_lang = self.tgt_lang.index_select(0, index)
+        cross_cached = self.cache is not None and "k" in self.cache[0]["cross"]
+        if not cross_cached:    # once cross-attention keys are cached the encoder output is unused
+            self.enc_out = self.enc_out.index_select(0, index)
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)
+        for layer in self.cache or []:
+            for part in layer.values():
+                for key in list(part):
+                    part[key] = part[key].index_select(0, index)
+
+
+@dataclass
+class TranslateConfig:
+    decode: DecodeConfig
+    max_tokens: int = 6000          # source tokens × beam per batch
+    max_sentences: int = 64
+    max_src_tokens: int = 0         # 0: the shards' max_tokens; longer input is truncated
+
+
+class Translator:
+    """Load an export and translate lists of sentences; outputs come back in input order."""
+
+    def __init__(self, export_dir: str | Path, device: str | torch.device = "cpu",
+                 cfg: TranslateConfig | None = None):
+        self.model, self.manifest = load_export(export_dir, device)
+        self.device = torch.device(device)
+        self.cfg = cfg or TranslateConfig(DecodeConfig())
+        self.sp = spm.SentencePieceProcessor(model_file=str(Path(export_dir) / "spm.model"))
+        tok = self.manifest.tokenizer
+        self.pad, self.bos, self.eos = tok.pad_id, tok.bos_id, tok.eos_id
+        limit = self.cfg.max_src_tokens or self.manifest.max_tokens
+        self.max_src = min(limit, self.model.cfg.max_positions - 2)
+
+    @property
+    def languages(self) -> list[str]:
+        return list(self.manifest.languages)
+
+    def check_language(self, code: str) -> int:
+        if code not in self.manifest.languages:
+            raise ValueError(f"unknown language {code!r}; this model translates into "
+                             f"{', '.join(self.manifest.languages)}")
+        return self.manifest.languages.index(code)
+
+    def encode(self, text: str, tgt: str) -> list[int]:
+        ids = self.sp.encode(text)
+        if len(ids) > self.max_src:
+            log.warning("input of %d subwords truncated to %d: %.60s...", len(ids), self.max_src, text)
+            ids = ids[:self.max_src]
+        return [self.manifest.tokenizer.lang_tag_ids[tgt]] + ids + [self.eos]
+
+    @torch.no_grad()
+    def translate(self, sentences: list[str], tgt_lang: str | list[str], use_lsl: bool = True,
+                  use_cache: bool = True, n_best: int = 1) -> list[str] | list[list[str]]:
+        """Translate ``sentences`` into ``tgt_lang`` (one code, or one per sentence). Empty or
+        blank input gives empty output without running the model."""
+        tgts = [tgt_lang] * len(sentences) if isinstance(tgt_lang, str) else list(tgt_lang)
+        if len(tgts) != len(sentences):
+            raise ValueError(f"{len(sentences)} sentences but {len(tgts)} target languages")
+        lang_ids = [self.check_language(t) for t in tgts]
+        texts = [s.strip() if isinstance(s, str) else "" for s in sentences]
+        results: list = [[""] * n_best if n_best > 1 else "" for _ in texts]
+        todo = [i for i, s in enumerate(texts) if s]
+        encoded = {i: self.encode(texts[i], tgts[i]) for i in todo}
+        todo.sort(key=lambda i: len(encoded[i]))
+        for batch in self._batches(todo, encoded):
+            hyps = self._translate_batch([encoded[i] for i in batch], [lang_ids[i] for i in batch],
+                                         use_lsl, use_cache)
+            for i, h in zip(batch, hyps):
+                outs = [self.sp.decode(x.tokens) for x in h[:n_best]] or [""]
+                results[i] = outs if n_best > 1 else outs[0]
+        return results
+
+    def _batches(self, order: list[int], encoded: dict[int, list[int]]):
+        batch: list[int] = []
+        for i in order:
+            longest = max(len(encoded[i]), *(len(encoded[j]) for j in batch)) if batch else len(encoded[i])
+            if batch and ((len(batch) + 1) * longest * self.cfg.decode.beam > self.cfg.max_tokens
+                          or len(batch) >= self.cfg.max_sentences):
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def _translate_batch(self, rows: list[list[int]], lang_ids: list[int], use_lsl: bool, use_cache: bool):
+        width = max(map(len, rows))
+        src = torch.full((len(rows), width), self.pad, dtype=torch.long)
+        for r, ids in enumerate(rows):
+            src[r, :len(ids)] = torch.tensor(ids)
+        src = src.to(self.device)
+        lengths = torch.tensor([len(r) for r in rows], device=self.device)
+        d = self.cfg.decode
+        max_lens = (lengths.float() * d.max_len_a + d.max_len_b).long().clamp(max=self.model.cfg.max_positions - 1)
+        stepper = ModelStepper(self.model, src, torch.tensor(lang_ids, device=self.device), use_lsl, use_cache)
+        return beam_search(stepper, len(rows), max_lens, self.bos, self.eos, d, self.device)
+
+
+def read_tsv(lines: list[str]) -> tuple[list[str], list[str]]:
+    texts, tgts = [], []
+    for n, line in enumerate(lines, 1):
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) not in (2, 3):
+            raise ValueError(f"line {n}: expected 'tgt<TAB>text' or 'src<TAB>tgt<TAB>text'")
+        tgts.append(parts[-2])
+        texts.append(parts[-1])
+    return texts, tgts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cll-translate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="an export/ directory")
+    p.add_argument("--tgt-lang", help="target language of every input line")
+    p.add_argument("--src-lang", help="source language (checked against the model's languages)")
+    p.add_argument("--tsv", action="store_true", help="input lines are 'tgt<TAB>text' or 'src<TAB>tgt<TAB>text'")
+    p.add_argument("--input", help="input file (default: standard input)")
+    p.add_argument("--output", help="output file (default: standard output)")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--len-penalty", type=float, default=1.0)
+    p.add_argument("--max-len-a", type=float, default=1.5)
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=6000, help="source tokens × beam per batch")
+    p.add_argument("--no-lsl", action="store_true", help="switch the LSLs off (paper Table 10 ablation)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="cll-translate: %(levelname)s: %(message)s")
+    try:
+        if not args.tsv and not args.tgt_lang:
+            raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
+        cfg = TranslateConfig(DecodeConfig(beam=args.beam, len_penalty=args.len_penalty, max_len_a=args.max_len_a,
+                                           max_len_b=args.max_len_b), max_tokens=args.max_tokens)
+        translator = Translator(args.model, args.device, cfg)
+        for code in filter(None, (args.src_lang, args.tgt_lang)):
+            translator.check_language(code)
+        source = open(args.input, encoding="utf-8", errors="replace") if args.input else sys.stdin
+        with source:
+            lines = source.read().splitlines()
+        texts, tgts = read_tsv(lines) if args.tsv else (lines, [args.tgt_lang] * len(lines))
+        outputs = translator.translate(texts, tgts, use_lsl=not args.no_lsl)
+    except (ValueError, ExportError, OSError) as err:
+        print(f"cll-translate: error: {err}", file=sys.stderr)
+        return 2
+    text = "".join(o.replace("\n", " ") + "\n" for o in outputs)
+    if args.output:
+        tmp = Path(args.output + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(args.output)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Beam search on hand-made log-probabilities (no model), then with the CLL model: cached
+decoding equals uncached, and a mixed-target batch equals one-by-one decoding."""
+import math
+
+import torch
+
+from cll_scale.config import PRESETS, ModelConfig
+from cll_scale.decoding import DecodeConfig, beam_search
+from cll_scale.model import CLLTransformer
+from cll_scale.translate import ModelStepper
+
+BOS, EOS, V = 1, 2, 5
+
+
+class TableStepper:
+    """Log-probabilities from a table keyed by (sentence, prefix); unknown prefixes end."""
+
+    def __init__(self, tables):
+        self.tables = tables
+        self.rows = [(s, ()) for s in range(len(tables))]
+
+    def reorder(self, index):
+        self.rows = [self.rows[i] for i in index.tolist()]
+
+    def step(self, prev_tokens, t):
+        out = torch.full((len(self.rows), V), -1e9)
+        new_rows = []
+        for r, ((sent, prefix), tok) in enumerate(zip(self.rows, prev_tokens[:, 0].tolist())):
+            prefix = prefix + (tok,) if t else prefix
+            probs = self.tables[sent].get(prefix, {EOS: 1.0})
+            for token, p in probs.items():
+                out[r, token] = math.log(p)
+            new_rows.append((sent, prefix))
+        self.rows = new_rows
+        return out
+
+
+# Greedy takes 3 (0.6) then eos (0.4): 0.24. Beam 2 also keeps 4 (0.4), then eos (0.9): 0.36.
+TABLE = {(): {3: 0.6, 4: 0.4}, (3,): {EOS: 0.4, 3: 0.3, 4: 0.3}, (4,): {EOS: 0.9, 3: 0.05, 4: 0.05}}
+
+
+def search(tables, beam, max_len=10, **kw):
+    return beam_search(TableStepper(tables), len(tables), torch.full((len(tables),), max_len), BOS, EOS,
+                       DecodeConfig(beam=beam, **kw))
+
+
+def test_beam_finds_the_best_hypothesis_greedy_misses():
+    greedy = search([TABLE], beam=1)[0]
+    assert greedy[0].tokens == [3] and math.isclose(greedy[0].logprob, math.log(0.24), rel_tol=1e-6)
+    beam = search([TABLE], beam=2)[0]
+    assert beam[0].tokens == [4] and math.isclose(beam[0].logprob, math.log(0.36), rel_tol=1e-6)
+    assert [h.tokens for h in beam] == [[4], [3]]
+    assert math.isclose(beam[0].score, math.log(0.36) / 2, rel_tol=1e-6)    # length = tokens + eos
+
+
+def test_sentences_of_a_batch_are_independent():
+    other = {(): {3: 0.9, EOS: 0.1}, (3,): {3: 0.9, EOS: 0.1}, (3, 3): {EOS: 1.0}}
+    out = search([TABLE, other], beam=2)
+    assert out[0][0].tokens == [4] and out[1][0].tokens == [3, 3]
+
+
+def test_length_limits():
+    loop = {(): {3: 1.0}, (3,): {3: 1.0}, (3, 3): {3: 1.0}, (3, 3, 3): {3: 1.0}}
+    out = search([loop], beam=2, max_len=3)[0]
+    assert out[0].tokens == [3, 3]                     # eos forced at the limit
+    early = {(): {EOS: 0.9, 3: 0.1}, (3,): {EOS: 1.0}}
+    assert search([early], beam=1, min_len=1)[0][0].tokens == [3]
+    assert search([early], beam=1, min_len=0)[0][0].tokens == []
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    cfg = ModelConfig(**PRESETS["tiny"], vocab_size=40, languages=["en", "de", "fr", "cs"], central_language="en",
+                      variant="fcll", dropout=0.0)
+    model = CLLTransformer(cfg).eval()
+    for m in model.cll_modules():      # make LSLs matter, so that a mixed batch is a real test
+        for t in m.t:
+            t.data.fill_(3.0)
+    return model
+
+
+def decode(model, src, langs, beam=3, cache=True):
+    stepper = ModelStepper(model, src, langs, use_cache=cache)
+    lens = (src != 0).sum(1) + 5
+    with torch.no_grad():
+        return [[(h.tokens, round(h.score, 4)) for h in hyps]
+                for hyps in beam_search(stepper, len(src), lens, 2, 3, DecodeConfig(beam=beam))]
+
+
+def test_cached_decoding_equals_uncached():
+    model = tiny_model()
+    src = torch.randint(4, 40, (5, 9), generator=torch.Generator().manual_seed(2))
+    src[1, 6:] = 0
+    langs = torch.tensor([1, 2, 3, 0, 1])
+    assert decode(model, src, langs, cache=True) == decode(model, src, langs, cache=False)
+
+
+def test_mixed_target_batch_equals_one_by_one():
+    model = tiny_model()
+    src = torch.randint(4, 40, (6, 8), generator=torch.Generator().manual_seed(3))
+    langs = torch.tensor([3, 1, 0, 2, 1, 3])
+    together = decode(model, src, langs)
+    alone = [decode(model, src[i:i + 1], langs[i:i + 1])[0] for i in range(6)]
+    assert together == alone
+    same_src = src[:1].repeat(3, 1)                     # the target language changes the output
+    outs = decode(model, same_src, torch.tensor([1, 2, 3]))
+    assert len({tuple(o[0][0]) for o in outs}) > 1
