@@ -36,6 +36,7 @@ setup(
             "cll-train=cll_scale.train:main",
             "cll-translate=cll_scale.translate:main",
             "cll-eval=cll_scale.evaluate:main",
+            "cll-repro=cll_scale.repro:main",
         ],
     },
 )

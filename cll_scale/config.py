@@ -132,6 +132,8 @@ class TrainConfig:
     # validation, checkpoints, logging
     valid_every: int = 500
     valid_max_batches: int = 0           # 0: whole validation split
+    valid_decode_sentences: int = 0      # >0: also greedy-translate this many validation sentences
+                                         # per direction and log BLEU and the off-target rate
     ckpt_every: int = 1000
     keep_last: int = 3
     log_every: int = 50
@@ -164,10 +166,15 @@ def load_recipe(path: str | Path) -> dict:
 
 
 def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
-    """``section.key=value`` overrides (value parsed as YAML: numbers, lists, booleans)."""
+    """``section.key=value`` (or ``preset=NAME``) overrides, values parsed as YAML."""
     import yaml
     for item in overrides:
         key, eq, value = item.partition("=")
+        if key == "preset" and eq:
+            if value not in PRESETS:
+                raise ValueError(f"unknown preset {value!r}; presets: {', '.join(PRESETS)}")
+            recipe["preset"] = value
+            continue
         section, dot, name = key.partition(".")
         if not eq or not dot or section not in ("model", "data", "train"):
             raise ValueError(f"override {item!r}: expected section.key=value, section in model/data/train")

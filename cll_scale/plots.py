@@ -90,3 +90,29 @@ def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return Path(out_png)
+
+
+def plot_offtarget_over_training(metrics: dict[str, str | Path], out_png: str | Path) -> Path | None:
+    """Zero-shot off-target rate (validation, greedy) against training step, one line per model."""
+    curves = {}
+    for name, path in metrics.items():
+        path = Path(path)
+        if path.is_file():
+            rows = [json.loads(x) for x in path.read_text().splitlines() if "valid_zero_shot_offtarget" in x]
+            if rows:
+                curves[name] = ([r["step"] for r in rows], [r["valid_zero_shot_offtarget"] for r in rows])
+    if not curves:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, (steps, values) in curves.items():
+        ax.plot(steps, values, "o-", label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("zero-shot off-target % (valid)")
+    ax.set_ylim(0, 100)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return Path(out_png)

@@ -131,7 +131,7 @@ class Trainer:
         cfg, eng = self.cfg, self.engine
         bar = tqdm(total=cfg.max_steps or None, initial=self.step, disable=self.rank != 0 or None,
                    desc="train", unit="step", dynamic_ncols=True)
-        window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "skipped": 0, "t": time.perf_counter()}
+        window = {"loss": 0.0, "nll": 0.0, "tokens": 0.0, "skipped": 0, "seconds": 0.0}
         last = {}
         eng.train()
         while not self._budget_spent():
@@ -140,6 +140,7 @@ class Trainer:
             self.step += 1
             sums = ds.all_reduce_sum([loss_sum, nll_sum, ntok, time.perf_counter() - t_step], self.device)
             self.elapsed += sums[3] / self.world
+            window["seconds"] += sums[3] / self.world
             self.tokens_seen += int(sums[2])
             window["loss"] += sums[0]
             window["nll"] += sums[1]
@@ -148,7 +149,7 @@ class Trainer:
             if self.step % cfg.log_every == 0 or self._budget_spent():
                 last = self._log_train(window)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
-                window.update(loss=0.0, nll=0.0, tokens=0.0, skipped=0, t=time.perf_counter())
+                window.update(loss=0.0, nll=0.0, tokens=0.0, skipped=0, seconds=0.0)
             if self.step % cfg.valid_every == 0:
                 last.update(self.validate())
             if self.step % cfg.ckpt_every == 0:
@@ -228,21 +229,50 @@ class Trainer:
                 sums[1] += batch.ntokens
             nll, tokens = ds.all_reduce_sum(sums, self.device)
             per_dir[direction] = nll / max(tokens, 1)
-        self.engine.train()
         sup = [v for d, v in per_dir.items() if not self.manifest.is_zero_shot(d)]
         zero = [v for d, v in per_dir.items() if self.manifest.is_zero_shot(d)]
         out = {"valid_nll": sum(sup) / max(len(sup), 1)}
         if zero:
             out["valid_zero_shot_nll"] = sum(zero) / len(zero)
         record = {"step": self.step, **out, "valid_by_direction": per_dir}
+        if self.cfg.valid_decode_sentences:
+            decoded = self._validate_decoding(split)
+            out.update(decoded.pop("averages"))
+            record.update(out, valid_decoding=decoded)
+        self.engine.train()
         self._write_metrics(record)
         ds.monitor_events(self.engine, [(f"Valid/{k}", v, self.step) for k, v in out.items()])
         self.log(f"step {self.step}: valid nll {out['valid_nll']:.3f}"
                  + (f", zero-shot {out['valid_zero_shot_nll']:.3f}" if zero else ""))
         return out
 
+    def _validate_decoding(self, split: str) -> dict:
+        """Greedy translations of the first validation sentences of every direction on rank 0:
+        BLEU and off-target rate over training show when (and whether) zero-shot collapses."""
+        result = {"averages": {}}
+        if self.rank == 0:
+            from cll_scale.decoding import DecodeConfig
+            from cll_scale.evaluate import evaluate_model, pairs_from_shards
+            from cll_scale.translate import TranslateConfig, Translator
+            tr = Translator.from_model(self.engine.module, self.manifest,
+                                       Path(self.cfg.data) / self.manifest.tokenizer.file,
+                                       TranslateConfig(DecodeConfig(beam=1)))
+            report = evaluate_model(tr, pairs_from_shards(self.cfg.data, split),
+                                    max_sentences=self.cfg.valid_decode_sentences, log=lambda s: None)
+            for kind, key in (("supervised", "valid_bleu"), ("zero-shot", "valid_zero_shot_bleu")):
+                if kind in report["averages"]:
+                    result["averages"][key] = report["averages"][kind]["bleu"]
+            if "zero-shot" in report["averages"]:
+                z = report["averages"]["zero-shot"]
+                result["averages"]["valid_zero_shot_offtarget"] = z["off_target_restricted"]
+                result["averages"]["valid_zero_shot_code_switch"] = z["code_switch"]
+            result["by_direction"] = {d["direction"]: {k: d[k] for k in ("bleu", "off_target_restricted")}
+                                      for d in report["directions"]}
+        shared = ds.all_gather_object(result)[0]     # every rank logs the same numbers
+        return shared
+
     def _log_train(self, w: dict) -> dict:
-        dt = time.perf_counter() - w["t"]
+        dt = w["seconds"]     # training steps only: validation and checkpoints are not counted
         tokens = max(w["tokens"], 1.0)
         rec = {"step": self.step, "loss": w["loss"] / tokens, "nll": w["nll"] / tokens,
                "ppl": math.exp(min(w["nll"] / tokens, 50)), "lr": self.engine.get_lr()[0],

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from cll_scale.decoding import DecodeConfig, beam_search
 from cll_scale.export import ExportError, load_export
-from cll_scale.languages import lang_tag
+from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
 
 log = logging.getLogger("cll_scale.translate")
@@ -73,10 +73,22 @@ class Translator:
 
     def __init__(self, export_dir: str | Path, device: str | torch.device = "cpu",
                  cfg: TranslateConfig | None = None):
-        self.model, self.manifest = load_export(export_dir, device)
+        model, manifest = load_export(export_dir, device)
+        self._setup(model, manifest, Path(export_dir) / "spm.model", device, cfg)
+
+    @classmethod
+    def from_model(cls, model: CLLTransformer, manifest: Manifest, spm_path: str | Path,
+                   cfg: TranslateConfig | None = None) -> "Translator":
+        """Wrap a model in memory (e.g. during training, for validation decoding)."""
+        self = cls.__new__(cls)
+        self._setup(model, manifest, spm_path, next(model.parameters()).device, cfg)
+        return self
+
+    def _setup(self, model, manifest, spm_path, device, cfg) -> None:
+        self.model, self.manifest = model, manifest
         self.device = torch.device(device)
         self.cfg = cfg or TranslateConfig(DecodeConfig())
-        self.sp = spm.SentencePieceProcessor(model_file=str(Path(export_dir) / "spm.model"))
+        self.sp = spm.SentencePieceProcessor(model_file=str(spm_path))
         tok = self.manifest.tokenizer
         self.pad, self.bos, self.eos = tok.pad_id, tok.bos_id, tok.eos_id
         limit = self.cfg.max_src_tokens or self.manifest.max_tokens

@@ -1,0 +1,169 @@
+"""``cll-repro``: the Multi30k zero-shot reproduction, one command, resumable.
+
+    cll-repro --condition triangle --minutes-per-model 90
+    cll-repro --condition centered --variants baseline,sd,fcll --minutes-per-model 120
+
+Builds the shards of the condition (paper §4.1) if missing, trains every variant from
+``recipes/multi30k_<condition>_<variant>.yaml`` with the same seed and budget (re-running resumes
+each unfinished model from its checkpoint, so a long CPU run can span several sittings; a GPU is
+used when present), evaluates every export on the Multi30k test sets, and writes
+``docs/results/<condition>.md`` with the tables, plots, budget, steps, epochs, hardware and command.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from cll_scale.decoding import DecodeConfig
+from cll_scale.evaluate import evaluate_model, markdown, pairs_from_shards
+from cll_scale.translate import TranslateConfig, Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIANGLE_LANGS = "de,fr,cs"
+
+
+def hardware() -> str:
+    if torch.cuda.is_available():
+        return f"{torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    return f"{os.cpu_count()} CPU cores ({model}), no GPU"
+
+
+def build_shards(condition: str, multi30k: str, shards: Path) -> None:
+    if (shards / "manifest.json").exists():
+        return
+    cmd = [sys.executable, "-m", "data_tools", "build", "--input", multi30k, "--condition", condition,
+           "--out", str(shards)]
+    if condition == "triangle":
+        cmd += ["--langs", TRIANGLE_LANGS]
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def run_state(run_dir: Path) -> dict:
+    """Where a run stands: its last metrics line and whether the export is current."""
+    metrics = run_dir / "metrics.jsonl"
+    last = {}
+    if metrics.exists():
+        for line in metrics.read_text().splitlines():
+            row = json.loads(line)
+            if "loss" in row:
+                last = row
+    export = run_dir / "export" / "export.json"
+    exported_step = json.loads(export.read_text()).get("step") if export.exists() else None
+    return {"last": last, "exported_step": exported_step}
+
+
+def train(recipe: Path, run_dir: Path, shards: Path, minutes: float, overrides: list[str]) -> None:
+    state = run_state(run_dir)
+    done = state["last"].get("elapsed_s", 0) >= minutes * 60 and state["exported_step"] == state["last"].get("step")
+    if done:
+        print(f"[cll-repro] {run_dir.name}: finished ({state['last']['step']} steps), skipping", file=sys.stderr)
+        return
+    cmd = [sys.executable, "-m", "cll_scale.train", "--recipe", str(recipe), "--data", str(shards),
+           "--run-dir", str(run_dir), "--max-minutes", str(minutes)]
+    for o in overrides:
+        cmd += ["--set", o]
+    if (run_dir / "checkpoints" / "latest").exists():
+        cmd.append("--resume")
+    print(f"[cll-repro] {' '.join(shlex.quote(c) for c in cmd)}", file=sys.stderr)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def offtarget_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
+    from cll_scale.plots import plot_offtarget_over_training
+    return plot_offtarget_over_training({name: d / "metrics.jsonl" for name, d in runs.items()}, out_png)
+
+
+def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict], minutes: float,
+                 command: str, out: Path) -> Path:
+    figs = out / condition
+    figs.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Multi30k, {condition} condition: Baseline vs CLL", "",
+             f"Command: `{command}`", "",
+             f"Hardware: {hardware()}. Budget: {minutes:g} minutes of training per model, same seed and data.", "",
+             "| model | steps | epochs | target tokens seen | training minutes | last train NLL | last valid NLL |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, run_dir in runs.items():
+        last = run_state(run_dir)["last"]
+        valid = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if "valid_nll" in x]
+        lines.append(f"| {name} | {last.get('step', 0)} | {last.get('epoch', 0):.2f} | {last.get('tokens_seen', 0):,} "
+                     f"| {last.get('elapsed_s', 0) / 60:.1f} | {last.get('nll', float('nan')):.3f} | "
+                     f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} |")
+    curve = offtarget_curve_png(runs, figs / "offtarget_over_training.png")
+    if curve:
+        lines += ["", f"![zero-shot off-target over training]({condition}/{curve.name})"]
+    from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
+    for split, report in reports.items():
+        lines += ["", f"## {split}", "", markdown(report)]
+        png = plot_bleu_offtarget(report, figs / f"{split}_bleu_offtarget.png")
+        lines.append(f"![BLEU and off-target]({condition}/{png.name})")
+        tpng = plot_t_weights(report, figs / f"{split}_t_weights.png")
+        if tpng:
+            lines.append(f"![learned t_l]({condition}/{tpng.name})")
+        (figs / f"{split}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    path = out / f"{condition}.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cll-repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--condition", choices=("centered", "triangle"), required=True)
+    p.add_argument("--variants", default="baseline,fcll", help="comma-separated: baseline, sd, fcll")
+    p.add_argument("--minutes-per-model", type=float, default=90.0)
+    p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(ROOT.parent / "shared" / "data" / "multi30k")))
+    p.add_argument("--shards-root", default=str(ROOT / "data" / "shards"))
+    p.add_argument("--runs-root", default=str(ROOT / "runs"))
+    p.add_argument("--recipes", default=str(ROOT / "recipes"))
+    p.add_argument("--out", default=str(ROOT / "docs" / "results"))
+    p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr")
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--max-sentences", type=int, default=0, help="evaluate only the first N per direction")
+    p.add_argument("--set", action="append", default=[], help="recipe override for every model")
+    p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    shards = Path(args.shards_root) / f"multi30k-{args.condition}"
+    build_shards(args.condition, args.multi30k, shards)
+    runs = {}
+    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
+        recipe = Path(args.recipes) / f"multi30k_{args.condition}_{variant}.yaml"
+        if not recipe.exists():
+            print(f"cll-repro: error: no recipe {recipe}", file=sys.stderr)
+            return 2
+        run_dir = Path(args.runs_root) / f"multi30k-{args.condition}-{variant}"
+        if not args.eval_only:
+            train(recipe, run_dir, shards, args.minutes_per_model, args.set)
+        runs[variant] = run_dir
+    reports = {}
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for split in args.splits.split(","):
+        pairs = pairs_from_shards(shards, split)
+        report = {"test_set": f"Multi30k {split}", "beam": args.beam, "models": {}}
+        for name, run_dir in runs.items():
+            tr = Translator(run_dir / "export", device, TranslateConfig(DecodeConfig(beam=args.beam)))
+            print(f"[cll-repro] evaluating {name} on {split}", file=sys.stderr)
+            report["models"][name] = evaluate_model(tr, pairs, max_sentences=args.max_sentences,
+                                                    log=lambda s: print(s, file=sys.stderr))
+        report["bleu_signature"] = next(iter(report["models"].values()))["bleu_signature"]
+        reports[split] = report
+    path = write_report(args.condition, runs, reports, args.minutes_per_model, command, Path(args.out))
+    print(path.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

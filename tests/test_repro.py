@@ -1,0 +1,29 @@
+"""cll-repro end to end at the `tiny` size: shards, training of two variants, evaluation, the
+report — and a second run that resumes nothing and trains nothing."""
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_train import ENV
+
+
+@pytest.mark.slow
+def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
+    args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
+            "--minutes-per-model", "0.05", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
+            "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
+            "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
+            "--set", "train.valid_every=5", "--set", "train.valid_decode_sentences=3",
+            "--set", "train.ds_config=cpu_fp32.json"]
+    first = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = (tmp_path / "results" / "triangle.md").read_text()
+    assert "| baseline |" in report and "| fcll |" in report and "## test_2016_flickr" in report
+    assert "fr-de" in report and "zero-shot" in report and "Hardware:" in report
+    assert (tmp_path / "results" / "triangle" / "test_2016_flickr_bleu_offtarget.png").is_file()
+    assert (tmp_path / "results" / "triangle" / "offtarget_over_training.png").is_file()
+    second = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stderr.count("finished") == 2 and "cll_scale.train" not in second.stderr

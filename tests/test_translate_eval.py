@@ -1,0 +1,80 @@
+"""Translator, cll-translate and cll-eval as a user runs them, plus the metrics they rely on."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cll_scale.evaluate import main as eval_main
+from cll_scale.evaluate import score_direction
+from cll_scale.langid import detect
+from cll_scale.translate import Translator
+from tests.conftest import ROOT, run_cli
+
+
+def test_bleu_of_reference_against_itself_is_100(multi30k):
+    refs = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:50]
+    res, signature = score_direction("en-de", "supervised", refs, refs, refs, ["en", "de"], ["en-de"])
+    assert res.bleu == pytest.approx(100.0) and res.chrf == pytest.approx(100.0)
+    assert "tok:13a" in signature
+
+
+def test_off_target_counter_labels_known_languages(multi30k):
+    langs = ["en", "de", "fr", "cs"]
+    for lang in langs:
+        lines = (multi30k / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()[:40]
+        restricted = sum(detect(x, langs) == lang for x in lines)
+        assert restricted >= 38, (lang, restricted)       # short sentences, still ≥ 95%
+    cs = (multi30k / "test_2016_flickr.cs").read_text(encoding="utf-8").splitlines()[:40]
+    fr = (multi30k / "test_2016_flickr.fr").read_text(encoding="utf-8").splitlines()[:40]
+    # Czech outputs where de→fr (zero-shot) was asked for, in a model trained on de→cs: all
+    # off-target, all "rolled back" into the source's supervised target (paper Table 10).
+    res, _ = score_direction("de-fr", "zero-shot", cs, fr, fr, langs, ["de-cs", "cs-de"])
+    assert res.off_target_restricted >= 95 and res.rollback >= 95 and res.off_languages.get("cs", 0) >= 38
+    mixed = [f"{c} {c} {f} {f} {f} {f}" for c, f in zip(cs, fr)]    # starts in Czech, ends in French
+    res, _ = score_direction("de-fr", "zero-shot", mixed, fr, fr, langs, [])
+    assert res.code_switch > 50
+
+
+def test_translator_contract(tiny_export):
+    tr = Translator(tiny_export)
+    out = tr.translate(["Ein Hund läuft.", "", "   ", "Zwei Männer."], ["en", "fr", "cs", "cs"])
+    assert len(out) == 4 and out[1] == "" and out[2] == "" and all(isinstance(x, str) for x in out)
+    assert tr.translate(["Ein Hund läuft."], "en", use_cache=False) == [out[0]]
+    with pytest.raises(ValueError, match="unknown language 'xx'.*en, cs, de, fr"):
+        tr.translate(["a"], "xx")
+
+
+def test_cll_translate_cli(tiny_export, tmp_path):
+    def run(*args, stdin=""):
+        return subprocess.run([sys.executable, "-m", "cll_scale.translate", "--model", str(tiny_export), *args],
+                              input=stdin, capture_output=True, text=True, cwd=ROOT)
+    res = run("--tgt-lang", "de", "--src-lang", "en", "--beam", "2", stdin="A dog runs.\n\nTwo men.\n")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""      # empty line in, empty line out
+    res = run("--tsv", stdin="de\tA dog runs.\nen\tfr\tUn chien.\n")
+    assert res.returncode == 0 and len(res.stdout.splitlines()) == 2
+    res = run("--tgt-lang", "xx", stdin="a\n")
+    assert res.returncode == 2 and "unknown language 'xx'" in res.stderr and "en, cs, de, fr" in res.stderr
+    long = " ".join(["Hund"] * 600)
+    res = run("--tgt-lang", "en", "--beam", "1", "--max-len-a", "0", "--max-len-b", "5", stdin=long + "\n")
+    assert res.returncode == 0 and "truncated" in res.stderr and len(res.stdout.splitlines()) == 1
+
+
+def test_cll_eval_cli(tiny_export, m30k_centered, tmp_path, capsys):
+    out = tmp_path / "eval"
+    code, table, err = run_cli(eval_main, ["--model", f"fcll={tiny_export}", "--data", str(m30k_centered),
+                                           "--split", "test_2016_flickr", "--directions", "en-de,de-fr",
+                                           "--max-sentences", "8", "--beam", "2", "--ablate-lsl",
+                                           "--out", str(out)], capsys)
+    assert code == 0, err
+    report = json.loads((out / "results.json").read_text())
+    assert set(report["models"]) == {"fcll", "fcll (LSL off)"}
+    rows = {d["direction"]: d for d in report["models"]["fcll"]["directions"]}
+    assert rows["en-de"]["kind"] == "supervised" and rows["de-fr"]["kind"] == "zero-shot"
+    assert rows["en-de"]["n"] == 8 and 0 <= rows["de-fr"]["off_target"] <= 100
+    assert "zero-shot" in report["models"]["fcll"]["averages"] and "en→xx" in report["models"]["fcll"]["averages"]
+    assert report["bleu_signature"].startswith("nrefs:1")
+    assert "| fcll |" in table and (out / "bleu_offtarget.png").stat().st_size > 1000
+    assert (out / "t_weights.png").is_file() and (out / "results.md").read_text() in table
