@@ -48,7 +48,7 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return F.dropout(x, p, True)
     bits = torch.randint(-2 ** 31, 2 ** 31 - 1, (x.numel() // 2,), dtype=torch.int32, device=x.device)
     keep = bits.view(torch.int16).view(x.shape) >= int(round(p * 65536)) - 32768
-    return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
+    return x * keep * (1.0 / (1.0 - p))      # bool × x casts inside the kernel, no copy
 
 
 class Attention(nn.Module):
@@ -298,7 +298,8 @@ class CLLTransformer(nn.Module):
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
                         ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed label-smoothed cross entropy and summed NLL over non-pad target tokens."""
-    lprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)   # (B*T, V)
+    # fp32 log-probabilities (bf16 logits lose too much in the sum), upcast inside the kernel.
+    lprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]), dim=-1, dtype=torch.float32)   # (B*T, V)
     tgt = target.reshape(-1, 1)
     keep = tgt != pad_id
     nll = -(lprobs.gather(1, tgt) * keep).sum()
