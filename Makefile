@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MULTI30K ?= $(firstword $(wildcard ../shared/data/multi30k) data/raw/multi30k)
 
-.PHONY: env quickstart test test-fast bench-stream clean
+.PHONY: env quickstart test test-fast bench-stream bench-model clean
 
 env:
 	@bash scripts/setup_env.sh dev,demo
@@ -18,6 +18,9 @@ test-fast: env
 
 bench-stream: env
 	$(PY) bench/bench_stream.py --multi30k $(MULTI30K)
+
+bench-model: env
+	$(PY) bench/bench_model.py
 
 clean:
 	rm -rf data/shards runs bench/out
