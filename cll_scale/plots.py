@@ -12,6 +12,13 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, out_png: str | Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return Path(out_png)
+
+
 def plot_training_curves(metrics_path: str | Path, out_png: str | Path) -> Path | None:
     """Training loss, validation NLL (supervised / zero-shot) and learning rate over steps."""
     path = Path(metrics_path)
@@ -39,10 +46,7 @@ def plot_training_curves(metrics_path: str | Path, out_png: str | Path) -> Path 
     ax_lr.set_ylabel("learning rate")
     ax_lr.grid(alpha=0.3)
     fig.suptitle(str(path.parent.name))
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return Path(out_png)
+    return _save(plt, fig, out_png)
 
 
 def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
@@ -65,10 +69,7 @@ def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
     axes[0].legend()
     for ax in axes:
         ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return Path(out_png)
+    return _save(plt, fig, out_png)
 
 
 def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
@@ -86,10 +87,7 @@ def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
         ax.set_ylabel("t_l")
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return Path(out_png)
+    return _save(plt, fig, out_png)
 
 
 def plot_offtarget_over_training(metrics: dict[str, str | Path], out_png: str | Path) -> Path | None:
@@ -112,7 +110,4 @@ def plot_offtarget_over_training(metrics: dict[str, str | Path], out_png: str | 
     ax.set_ylim(0, 100)
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return Path(out_png)
+    return _save(plt, fig, out_png)

@@ -45,7 +45,7 @@ class StreamConfig:
     seed: int = 1
     add_lang_tag: bool = True       # paper §5.2 trains without tags as an ablation
     directions: list[str] | None = None   # a subset of the split's directions
-    verify: str = "size"            # "size", "full" (sha256) or "none": checked at start
+    verify: str = "full"            # shards checked at start: "full" (sha256), "size" or "none"
 
     def __post_init__(self):
         if self.max_tokens < 1 or self.max_sentences < 0 or self.pool_blocks < 1:
