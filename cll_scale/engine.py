@@ -114,19 +114,27 @@ def monitor_events(engine, events: list[tuple[str, float, int]]) -> None:
 
 # -- checkpoints ---------------------------------------------------------------------------------
 
-def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_last: int) -> str:
-    """Save on every rank (ZeRO shards the optimizer), then keep the last ``keep_last`` tags.
+def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_last: int,
+                    fault: str = "") -> str:
+    """Save on every rank (ZeRO shards the optimizer), then point ``latest`` at the new tag.
 
-    DeepSpeed writes the ``latest`` pointer after all files of a tag; an interrupted save leaves
-    ``latest`` at the previous, complete tag."""
+    ``latest`` is our commit point: rank 0 rewrites it atomically only after every rank has
+    finished writing, so a save interrupted at any moment leaves ``latest`` at the previous,
+    complete checkpoint. Then only the last ``keep_last`` tags are kept."""
     tag = f"step{step:08d}"
-    engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=True)
+    engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
     torch.distributed.barrier()
     if engine.global_rank == 0:
         (ckpt_dir / tag / "cll_meta.json").write_text(json.dumps(
             {"step": step, "world_size": torch.distributed.get_world_size()}))
-        tags = sorted(p.name for p in ckpt_dir.glob("step*") if p.is_dir() and not p.name.endswith("_universal"))
-        for old in tags[:-keep_last]:
+        if fault == "crash_in_save":      # test hook: die with the files written, before the commit
+            os._exit(137)
+        tmp = ckpt_dir / ".latest.tmp"
+        tmp.write_text(tag)
+        os.replace(tmp, ckpt_dir / "latest")
+        older = sorted(p.name for p in ckpt_dir.glob("step*")
+                       if p.is_dir() and not p.name.endswith("_universal") and p.name < tag)
+        for old in older[:max(0, len(older) - (keep_last - 1))]:
             shutil.rmtree(ckpt_dir / old, ignore_errors=True)
             shutil.rmtree(ckpt_dir / f"{old}_universal", ignore_errors=True)
     torch.distributed.barrier()

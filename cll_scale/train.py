@@ -87,13 +87,15 @@ class Trainer:
             tag = ds.convert_to_universal(self.ckpt_dir, tag)
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        # The stream checks the shards first: a damaged one stops the run before anything starts.
+        self.stream = ShardStream(data_dir, self.stream_cfg, self.rank, self.world)
         torch.manual_seed(self.cfg.seed)        # identical initial weights on every rank
         self.model = CLLTransformer(self.model_cfg)
         ds_cfg = ds.make_ds_config(self.cfg.ds_config, self.cfg, self.world, self.run_dir, universal)
         self.engine = ds.initialize(self.model, ds_cfg, self._optimizer, self._scheduler)
         self.device = self.engine.device
-        self.stream = ShardStream(data_dir, self.stream_cfg, self.rank, self.world)
         self.step, self.elapsed, self.tokens_seen = 0, 0.0, 0
+        self._faults_done: set[str] = set()
         torch.manual_seed(self.cfg.seed * 1000 + self.rank)   # dropout differs between ranks
         if tag:
             self._restore(tag, universal)
@@ -199,13 +201,22 @@ class Trainer:
             ntok += batch.ntokens
         return loss_sum, nll_sum, ntok
 
+    def _fault(self, kind: str) -> bool:
+        """Test hook, ``CLL_FAULT=<kind>@<step>`` (once per process): ``nan`` makes the first
+        microbatch of that step non-finite; ``crash_in_save`` kills the process in the middle of
+        that step's checkpoint save."""
+        spec = os.environ.get("CLL_FAULT", "")
+        name, _, at = spec.partition("@")
+        hit = name == kind and at.isdigit() and int(at) == self.step and kind not in self._faults_done
+        if hit:
+            self._faults_done.add(kind)
+        return hit
+
     def _inject_fault(self, loss: torch.Tensor) -> torch.Tensor:
-        """Test hook: CLL_INJECT_NAN_AT_STEP=k makes the first microbatch of step k non-finite."""
-        at = os.environ.get("CLL_INJECT_NAN_AT_STEP")
-        if at and int(at) == self.step + 1 and not getattr(self, "_injected", False):
-            self._injected = True
-            return loss * float("nan")
-        return loss
+        self.step += 1      # the step being computed
+        nan = self._fault("nan")
+        self.step -= 1
+        return loss * float("nan") if nan else loss
 
     # -- validation, logging, checkpoints, export ----------------------------------------------------
     @torch.no_grad()
@@ -295,7 +306,8 @@ class Trainer:
                  "streams": ds.all_gather_object(self.stream.state_dict()),
                  "rng": ds.all_gather_object(torch.get_rng_state())}
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        return ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last)
+        return ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last,
+                                  "crash_in_save" if self._fault("crash_in_save") else "")
 
     def export(self, tag: str) -> None:
         if self.rank == 0:
@@ -352,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe = recipe_from_args(args)
         result = Trainer(recipe, resume=args.resume).train()
-    except (ValueError, FileExistsError, FileNotFoundError) as err:
+    except (ValueError, FileExistsError, FileNotFoundError) as err:   # ManifestError is a ValueError
         print(f"cll-train: error: {err}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", 0)) == 0:

@@ -158,6 +158,18 @@ class Translator:
         return beam_search(stepper, len(rows), max_lens, self.bos, self.eos, d, self.device)
 
 
+def split_lines(raw: bytes) -> list[str]:
+    """One entry per input line: split on "\n" only (str.splitlines would also split on form
+    feeds, U+2028 and friends and break line alignment); undecodable bytes become U+FFFD."""
+    text = raw.decode("utf-8", errors="replace")
+    if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
+        log.warning("input is not valid UTF-8; undecodable bytes were replaced by U+FFFD")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]
+
+
 def read_tsv(lines: list[str]) -> tuple[list[str], list[str]]:
     texts, tgts = [], []
     for n, line in enumerate(lines, 1):
@@ -199,15 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         translator = Translator(args.model, args.device, cfg)
         for code in filter(None, (args.src_lang, args.tgt_lang)):
             translator.check_language(code)
-        source = open(args.input, encoding="utf-8", errors="replace") if args.input else sys.stdin
-        with source:
-            lines = source.read().splitlines()
+        raw = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
+        lines = split_lines(raw)
         texts, tgts = read_tsv(lines) if args.tsv else (lines, [args.tgt_lang] * len(lines))
         outputs = translator.translate(texts, tgts, use_lsl=not args.no_lsl)
     except (ValueError, ExportError, OSError) as err:
         print(f"cll-translate: error: {err}", file=sys.stderr)
         return 2
-    text = "".join(o.replace("\n", " ") + "\n" for o in outputs)
+    text = "".join(o.replace("\n", " ").replace("\r", " ") + "\n" for o in outputs)
     if args.output:
         tmp = Path(args.output + ".tmp")
         tmp.write_text(text, encoding="utf-8")
