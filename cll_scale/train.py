@@ -201,22 +201,19 @@ class Trainer:
             ntok += batch.ntokens
         return loss_sum, nll_sum, ntok
 
-    def _fault(self, kind: str) -> bool:
+    def _fault(self, kind: str, step: int) -> bool:
         """Test hook, ``CLL_FAULT=<kind>@<step>`` (once per process): ``nan`` makes the first
         microbatch of that step non-finite; ``crash_in_save`` kills the process in the middle of
         that step's checkpoint save."""
         spec = os.environ.get("CLL_FAULT", "")
         name, _, at = spec.partition("@")
-        hit = name == kind and at.isdigit() and int(at) == self.step and kind not in self._faults_done
+        hit = name == kind and at.isdigit() and int(at) == step and kind not in self._faults_done
         if hit:
             self._faults_done.add(kind)
         return hit
 
     def _inject_fault(self, loss: torch.Tensor) -> torch.Tensor:
-        self.step += 1      # the step being computed
-        nan = self._fault("nan")
-        self.step -= 1
-        return loss * float("nan") if nan else loss
+        return loss * float("nan") if self._fault("nan", self.step + 1) else loss   # step being computed
 
     # -- validation, logging, checkpoints, export ----------------------------------------------------
     @torch.no_grad()
@@ -307,7 +304,7 @@ class Trainer:
                  "rng": ds.all_gather_object(torch.get_rng_state())}
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         return ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last,
-                                  "crash_in_save" if self._fault("crash_in_save") else "")
+                                  "crash_in_save" if self._fault("crash_in_save", self.step) else "")
 
     def export(self, tag: str) -> None:
         if self.rank == 0:
