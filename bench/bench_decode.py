@@ -1,0 +1,87 @@
+"""Decoding speed, as ratios measured side by side in one run.
+
+    python bench/bench_decode.py [--preset small] [--sizes 1 16 64] [--reps 3]
+
+* beam-4 sentences/s of our beam search (KV cache) ÷ Hugging Face ``generate`` (MarianMTModel built
+  from a config with the same shape, random weights, no download), at 1, 16 and 64 sentences per
+  batch (target ≥ 1.3 at every size);
+* cached ÷ uncached decoding at 32 output tokens and 64 sentences per batch (target ≥ 5).
+
+Both sides produce exactly ``--out-len`` tokens (eos is forbidden before that), so they do the same
+number of steps.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_model import make_model, marian_model  # noqa: E402
+from cll_scale.decoding import DecodeConfig, beam_search  # noqa: E402
+from cll_scale.translate import ModelStepper  # noqa: E402
+
+
+def ours(model, src, langs, beam, out_len, cache=True):
+    cfg = DecodeConfig(beam=beam, min_len=out_len, max_len_a=0.0, max_len_b=out_len + 1)
+    lens = torch.full((len(src),), out_len + 1)
+    with torch.no_grad():
+        return beam_search(ModelStepper(model, src, langs, use_cache=cache), len(src), lens,
+                           model.cfg.bos_id, model.cfg.eos_id, cfg)
+
+
+def hf(model, src, beam, out_len):
+    with torch.no_grad():
+        return model.generate(input_ids=src, attention_mask=src != 0, num_beams=beam, max_new_tokens=out_len,
+                              min_new_tokens=out_len, do_sample=False, early_stopping=True)
+
+
+def timed(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="small")
+    p.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--src-len", type=int, default=20)
+    p.add_argument("--out-len", type=int, default=32)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    dev = torch.device("cpu")
+    model = make_model(args.preset, "baseline", 8000, dev, torch.float32, pre_norm=False).eval()
+    marian = marian_model(model.cfg, dev, torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    for n in args.sizes:
+        src = torch.randint(4, 8000, (n, args.src_len), generator=g)
+        langs = torch.ones(n, dtype=torch.long)
+        t_ours = timed(lambda: ours(model, src, langs, args.beam, args.out_len), args.reps)
+        t_hf = timed(lambda: hf(marian, src, args.beam, args.out_len), args.reps)
+        print(f"beam {args.beam}, {n:>3} sentences/batch: ours {n / t_ours:8.1f} sent/s, HF generate "
+              f"{n / t_hf:8.1f} sent/s, ratio {t_hf / t_ours:.2f}", flush=True)
+    n = max(args.sizes)
+    src = torch.randint(4, 8000, (n, args.src_len), generator=g)
+    langs = torch.ones(n, dtype=torch.long)
+    t_cached = timed(lambda: ours(model, src, langs, args.beam, args.out_len, cache=True), args.reps)
+    t_uncached = timed(lambda: ours(model, src, langs, args.beam, args.out_len, cache=False), max(1, args.reps - 2))
+    print(f"cached ÷ uncached speed, {args.out_len} output tokens, {n} sentences/batch: {t_uncached / t_cached:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
