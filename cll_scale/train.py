@@ -35,6 +35,10 @@ from cll_scale.stream import ShardStream, eval_batches
 MAX_CONSECUTIVE_SKIPS = 50
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the previous one is untouched."""
+
+
 def inverse_sqrt(warmup: int):
     """Linear warm-up to the peak, then ∝ 1/sqrt(step) (Vaswani et al. 2017; paper App. A)."""
     def factor(step: int) -> float:
@@ -302,9 +306,16 @@ class Trainer:
         state = {"step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
                  "streams": ds.all_gather_object(self.stream.state_dict()),
                  "rng": ds.all_gather_object(torch.get_rng_state())}
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        return ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last,
-                                  "crash_in_save" if self._fault("crash_in_save", self.step) else "")
+        fault = "crash_in_save" if self._fault("crash_in_save", self.step) else ""
+        try:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            return ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last, fault)
+        except (OSError, RuntimeError) as err:   # disk full, quota, unwritable directory (torch.save
+            # reports a failed write as a RuntimeError from its zip writer)
+            previous = ds.latest_tag(self.ckpt_dir)
+            raise CheckpointError(f"saving the step {self.step} checkpoint in {self.ckpt_dir} failed ({err}); "
+                                  + (f"the previous checkpoint {previous} is intact and --resume continues "
+                                     f"from it" if previous else "no earlier checkpoint exists")) from None
 
     def export(self, tag: str) -> None:
         if self.rank == 0:
@@ -361,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe = recipe_from_args(args)
         result = Trainer(recipe, resume=args.resume).train()
-    except (ValueError, FileExistsError, FileNotFoundError) as err:   # ManifestError is a ValueError
+    except (ValueError, FileExistsError, FileNotFoundError, CheckpointError) as err:   # ManifestError is a ValueError
         print(f"cll-train: error: {err}", file=sys.stderr)
         return 2
     if int(os.environ.get("RANK", 0)) == 0:

@@ -131,3 +131,41 @@ def test_hostile_text_into_translator_and_cli(tiny_export):
     bad = subprocess.run([sys.executable, "-m", "cll_scale.translate", "--model", str(tiny_export), "--tgt-lang",
                           "en"], input=b"caf\xe9 latin-1\n", capture_output=True, cwd=ROOT, timeout=300)
     assert bad.returncode == 0 and len(bad.stdout.splitlines()) == 1
+
+
+def _file_size_limit(limit_bytes):
+    """A child process whose files cannot grow past ``limit_bytes``: writes fail with EFBIG,
+    as on a full disk (SIGXFSZ ignored so the write returns the error instead of killing)."""
+    import resource
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return apply
+
+
+def test_full_disk_during_shard_build_keeps_the_old_output(small_multiway, tmp_path):
+    out = tmp_path / "shards"
+    cmd = [sys.executable, "-m", "data_tools", "build", "--input", str(small_multiway), "--out", str(out),
+           "--vocab-size", "1200"]
+    assert subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True).returncode == 0
+    before = (out / "manifest.json").read_bytes()
+    res = subprocess.run([*cmd[:-2], "--vocab-size", "1000", "--overwrite"], cwd=ROOT, env=ENV, capture_output=True,
+                         text=True, preexec_fn=_file_size_limit(20_000))
+    assert res.returncode == 2 and "cll-shards: error:" in res.stderr and "File too large" in res.stderr
+    assert (out / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shards", "small"]       # no temp dir left
+
+
+def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_path):
+    run = tmp_path / "run"
+    cll_train(*common(m30k_centered, run, 4, "--set", "train.export=false"))
+    res = subprocess.run([sys.executable, "-m", "cll_scale.train",
+                          *common(m30k_centered, run, 8, "--set", "train.export=false"), "--resume"],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600,
+                         preexec_fn=_file_size_limit(1_000_000))
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "saving the step 8 checkpoint" in res.stderr and "step00000004 is intact" in res.stderr
+    assert (run / "checkpoints" / "latest").read_text() == "step00000004"
+    res = cll_train(*common(m30k_centered, run, 8, "--set", "train.export=false"), "--resume")
+    assert "step00000004 at step 4" in res.stderr and (run / "checkpoints" / "latest").read_text() == "step00000008"
