@@ -2,13 +2,17 @@
 PY := .venv/bin/python
 MULTI30K ?= $(firstword $(wildcard ../shared/data/multi30k) data/raw/multi30k)
 
-.PHONY: env quickstart test test-fast bench-stream bench-model clean
+.PHONY: env quickstart test test-fast demo bench-stream bench-model clean
 
 env:
 	@bash scripts/setup_env.sh dev,demo
 
 quickstart: env
 	@MULTI30K=$(MULTI30K) bash scripts/quickstart.sh
+
+demo: env
+	$(PY) -m demo --model baseline=runs/quickstart/multi30k-centered-baseline/export \
+	    --model fcll=runs/quickstart/multi30k-centered-fcll/export --examples $(MULTI30K)
 
 test: env
 	$(PY) -m pytest -q

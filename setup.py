@@ -37,6 +37,7 @@ setup(
             "cll-translate=cll_scale.translate:main",
             "cll-eval=cll_scale.evaluate:main",
             "cll-repro=cll_scale.repro:main",
+            "cll-demo=demo.app:main",
         ],
     },
 )

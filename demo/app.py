@@ -1,0 +1,205 @@
+"""``cll-demo``: Baseline and CLL models side by side on zero-shot directions (Gradio).
+
+    cll-demo --model baseline=runs/quickstart/multi30k-centered-baseline/export \\
+             --model fcll=runs/quickstart/multi30k-centered-fcll/export --examples ../shared/data/multi30k
+
+Binds 127.0.0.1 unless ``--host`` says otherwise, never creates a share link, queues requests
+with a concurrency limit, caps the input length with a visible message, and sets the
+environment so that neither gradio nor its client contacts an outside host.
+"""
+from __future__ import annotations
+
+import os
+
+# Before gradio is imported, or it (and huggingface_hub) phone home (ECOSYSTEM.md).
+for _key, _value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "1"),
+                     ("HF_HUB_DISABLE_TELEMETRY", "1"), ("HF_DATASETS_OFFLINE", "1")):
+    os.environ.setdefault(_key, _value)
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import sacrebleu  # noqa: E402
+
+from cll_scale.langid import detect  # noqa: E402
+from cll_scale.translate import Translator  # noqa: E402
+
+MAX_CHARS = 1000
+
+
+def direction_kind(translator: Translator, src: str, tgt: str) -> str:
+    d = f"{src}-{tgt}"
+    if d in translator.manifest.supervised:
+        return "supervised"
+    return "zero-shot" if d in translator.manifest.zero_shot else "unseen in training"
+
+
+def describe(translator: Translator, output: str, src: str, tgt: str) -> str:
+    """The line under each output: detected language, off-target warning, training badge."""
+    kind = direction_kind(translator, src, tgt)
+    badge = f"**{src}→{tgt}: {kind}** in this model's training data"
+    if not output:
+        return f"{badge} · (empty output)"
+    lang = detect(output, translator.languages)
+    if lang != tgt:
+        return f"**OFF-TARGET**: output detected as `{lang}`, `{tgt}` was requested · {badge}"
+    return f"on target: detected `{lang}` · {badge}"
+
+
+def load_examples(path: str | None, languages: list[str], zero_shot: list[str], n: int = 2) -> list[list[str]]:
+    """A few test sentences of each zero-shot direction from a multi-way directory."""
+    if not path:
+        return []
+    out = []
+    for d in zero_shot:
+        src, tgt = d.split("-")
+        f = Path(path) / f"test_2016_flickr.{src}"
+        if f.is_file() and src in languages and tgt in languages:
+            for line in f.read_text(encoding="utf-8").splitlines()[:n]:
+                out.append([line, src, tgt])
+    return out
+
+
+class Demo:
+    def __init__(self, models: dict[str, str], device: str = "cpu", max_chars: int = MAX_CHARS):
+        from cll_scale.decoding import DecodeConfig
+        from cll_scale.translate import TranslateConfig
+        self.translators = {name: Translator(path, device, TranslateConfig(DecodeConfig(beam=4)))
+                            for name, path in models.items()}
+        self.max_chars = max_chars
+        langs: list[str] = []
+        for t in self.translators.values():
+            langs += [x for x in t.languages if x not in langs]
+        self.languages = langs
+
+    def translate(self, text: str, src: str, tgt: str, lsl_off: bool = False) -> list[str]:
+        """Flat list: output and description for each model, in order."""
+        text = text or ""
+        if len(text) > self.max_chars:
+            msg = f"**Input too long**: {len(text):,} characters; the demo accepts at most {self.max_chars:,}."
+            return [item for _ in self.translators for item in ("", msg)]
+        out = []
+        for t in self.translators.values():
+            if tgt not in t.languages:
+                out += ["", f"**this model cannot translate into `{tgt}` ** (it knows {', '.join(t.languages)})"]
+                continue
+            hyp = t.translate([text], tgt, use_lsl=not lsl_off)[0]
+            out += [hyp, describe(t, hyp, src, tgt)]
+        return out
+
+    def batch(self, file, refs, tgt: str, lsl_off: bool = False) -> tuple[str, str | None]:
+        """Translate an uploaded file with every model; off-target rate and, with references, BLEU."""
+        if file is None:
+            return "Upload a text file (one sentence per line).", None
+        lines = Path(file).read_text(encoding="utf-8", errors="replace").split("\n")
+        lines = lines[:-1] if lines and lines[-1] == "" else lines
+        too_long = [i + 1 for i, x in enumerate(lines) if len(x) > self.max_chars]
+        if too_long:
+            return f"**Lines too long**: {too_long[:5]} exceed {self.max_chars:,} characters.", None
+        references = Path(refs).read_text(encoding="utf-8", errors="replace").splitlines() if refs else None
+        rows = ["| model | off-target | BLEU |", "|---|---:|---:|"]
+        columns = {}
+        for name, t in self.translators.items():
+            hyps = t.translate(lines, tgt, use_lsl=not lsl_off)
+            off = sum(detect(h, t.languages) != tgt for h in hyps if h) / max(1, sum(1 for h in hyps if h))
+            bleu = (f"{sacrebleu.corpus_bleu(hyps, [references[:len(hyps)]]).score:.2f}"
+                    if references and len(references) >= len(hyps) else "–")
+            rows.append(f"| {name} | {100 * off:.1f}% | {bleu} |")
+            columns[name] = hyps
+        out = Path(file).with_suffix(".translations.tsv")
+        header = "\t".join(["source", *columns])
+        body = ["\t".join([src, *(columns[n][i] for n in columns)]) for i, src in enumerate(lines)]
+        out.write_text("\n".join([header, *body]) + "\n", encoding="utf-8")
+        return "\n".join(rows), str(out)
+
+    def t_plot(self):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        weights = {n: t.model.t_weights() for n, t in self.translators.items() if t.model.cfg.cll_layers}
+        fig, ax = plt.subplots(figsize=(5, 3))
+        for name, per_lang in weights.items():
+            for lang, values in per_lang.items():
+                ax.plot(range(1, len(values) + 1), values, "o-", label=f"{name}: {lang}")
+        ax.set_xlabel("CLL layer")
+        ax.set_ylabel("learned t_l")
+        if weights:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+
+
+def build_app(demo: Demo, examples_dir: str | None = None):
+    import gradio as gr
+    first = next(iter(demo.translators.values()))
+    zero_shot = first.manifest.zero_shot
+    default = zero_shot[0].split("-") if zero_shot else demo.languages[:2]
+    with gr.Blocks(title="cll-scale: Baseline vs CLL") as app:
+        gr.Markdown("# cll-scale: zero-shot translation, Baseline vs Central Language-aware Layers\n"
+                    "Pick a **zero-shot** direction (no parallel data in training) and compare the models: "
+                    "a Baseline often answers in the wrong language (*off-target*).")
+        with gr.Tab("Translate"):
+            with gr.Row():
+                src = gr.Dropdown(demo.languages, value=default[0], label="source language")
+                tgt = gr.Dropdown(demo.languages, value=default[1], label="target language")
+                lsl_off = gr.Checkbox(False, label="switch off LSL (paper Table 10 ablation)")
+            text = gr.Textbox(label=f"source text (at most {demo.max_chars:,} characters)", lines=3)
+            button = gr.Button("Translate", variant="primary")
+            outputs = []
+            with gr.Row():
+                for name in demo.translators:
+                    with gr.Column():
+                        outputs.append(gr.Textbox(label=name, interactive=False, elem_id=f"out-{name}"))
+                        outputs.append(gr.Markdown(elem_id=f"info-{name}"))
+            examples = load_examples(examples_dir, demo.languages, zero_shot)
+            if examples:
+                gr.Examples(examples, [text, src, tgt], label="zero-shot examples from test_2016_flickr")
+            button.click(demo.translate, [text, src, tgt, lsl_off], outputs, api_name="translate")
+            gr.Plot(demo.t_plot, label="learned t_l per language and layer (paper Fig. 6)")
+        with gr.Tab("Batch"):
+            upload = gr.File(label="sentences (one per line)", type="filepath")
+            references = gr.File(label="references (optional)", type="filepath")
+            batch_tgt = gr.Dropdown(demo.languages, value=default[1], label="target language")
+            batch_off = gr.Checkbox(False, label="switch off LSL")
+            go = gr.Button("Translate file")
+            table = gr.Markdown()
+            result = gr.File(label="translations (TSV)")
+            go.click(demo.batch, [upload, references, batch_tgt, batch_off], [table, result], api_name="batch")
+    return app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cll-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
+    p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--concurrency", type=int, default=2, help="requests translated at once; others queue")
+    p.add_argument("--max-chars", type=int, default=MAX_CHARS)
+    p.add_argument("--device", default="cpu")
+    return p
+
+
+def launch(args, block: bool = True):
+    from cll_scale.evaluate import parse_models
+    demo = Demo(parse_models(args.model), args.device, args.max_chars)
+    app = build_app(demo, args.examples)
+    app.queue(default_concurrency_limit=args.concurrency, max_size=256)
+    app.launch(server_name=args.host, server_port=args.port, share=False, prevent_thread_lock=not block,
+               quiet=True, show_error=True)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        launch(args)
+    except (ValueError, OSError) as err:
+        print(f"cll-demo: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

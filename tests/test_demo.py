@@ -1,0 +1,89 @@
+"""The Gradio demo, driven through gradio_client and a real headless Chromium."""
+import os
+import shutil
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from cll_scale.langid import detect
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_export, multi30k):
+    from demo.app import build_parser, launch
+    port = free_port()
+    args = build_parser().parse_args(["--model", f"baseline={tiny_export}", "--model", f"fcll={tiny_export}",
+                                      "--examples", str(multi30k), "--port", str(port), "--max-chars", "300",
+                                      "--concurrency", "2"])
+    app = launch(args, block=False)
+    yield f"http://127.0.0.1:{port}/", app
+    app.close()
+
+
+def test_demo_environment_and_binding(server):
+    url, app = server
+    assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False" and os.environ["HF_HUB_OFFLINE"] == "1"
+    assert url.startswith("http://127.0.0.1:") and not getattr(app, "share_url", None)
+
+
+def test_translate_gives_one_output_per_model_with_right_flags(server):
+    from gradio_client import Client
+    client = Client(server[0], verbose=False)
+    out = client.predict("Ein Mann fährt Fahrrad.", "de", "fr", False, api_name="/translate")
+    assert len(out) == 4                                        # (output, info) × 2 models
+    for hyp, info in (out[0:2], out[2:4]):
+        assert "de→fr: zero-shot" in info
+        off = detect(hyp, ["en", "cs", "de", "fr"]) != "fr"
+        assert ("OFF-TARGET" in info) == off                     # the flag follows the detector
+    sup = client.predict("A man rides a bike.", "en", "de", False, api_name="/translate")
+    assert "en→de: supervised" in sup[1]
+    long = client.predict("x" * 301, "de", "fr", False, api_name="/translate")
+    assert long[0] == "" and "Input too long" in long[1] and "300" in long[1]
+
+
+def test_fifty_concurrent_requests_are_all_answered(server):
+    from gradio_client import Client
+    client = Client(server[0], verbose=False)
+    jobs = [client.submit(f"Ein Hund Nummer {i}.", "de", "en", False, api_name="/translate") for i in range(50)]
+    results = [job.result(timeout=300) for job in jobs]
+    assert len(results) == 50 and all(len(r) == 4 for r in results)
+
+
+def test_real_browser_translates_and_stays_local(server, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"Chromium not installed at {CHROMIUM} (.ci/run installs Debian's chromium)")
+    from playwright.sync_api import sync_playwright
+    requests = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run"])  # playwright makes a fresh profile dir
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(server[0], wait_until="networkidle")
+        target = page.get_by_label("target language").first
+        target.click()
+        target.fill("de")
+        target.press("Enter")
+        page.get_by_label("source text").first.fill("Un homme fait du vélo.")
+        page.get_by_role("button", name="Translate", exact=True).click()
+        for name in ("baseline", "fcll"):
+            page.wait_for_function(f"document.querySelector('#out-{name} textarea')?.value.length > 0", timeout=120_000)
+            assert page.locator(f"#out-{name} textarea").input_value().strip()
+        info = page.locator("#info-fcll").inner_text()
+        assert "fr→de" in info or "→de" in info
+        page.screenshot(path=str(tmp_path / "demo.png"), full_page=True)
+        browser.close()
+    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    hosts = {r.split("/")[2] for r in requests if r.startswith("http")}
+    assert hosts == {server[0].split("/")[2]}, hosts              # nothing outside 127.0.0.1
