@@ -159,7 +159,7 @@ class ShardStream:
         self.src_lang = [m.lang_id(x) for x in src]
         self.tgt_lang = [m.lang_id(x) for x in tgt]
         self.tag_ids = [tok.lang_tag_ids[x] for x in tgt]
-        self.rank_rows = np.array([sum(self._slice(n)[1] - self._slice(n)[0] for _, _, n in b)
+        self.rank_rows = np.array([sum(hi - lo for lo, hi in (self._slice(n) for _, _, n in b))
                                    for b in self.blocks])
         for d, n in zip(self.directions, self.rank_rows):
             if n == 0:

@@ -135,8 +135,8 @@ class Translator:
 
     def _batches(self, order: list[int], encoded: dict[int, list[int]]):
         batch: list[int] = []
-        for i in order:
-            longest = max(len(encoded[i]), *(len(encoded[j]) for j in batch)) if batch else len(encoded[i])
+        for i in order:     # ascending length: the newest sentence is the batch's longest
+            longest = len(encoded[i])
             if batch and ((len(batch) + 1) * longest * self.cfg.decode.beam > self.cfg.max_tokens
                           or len(batch) >= self.cfg.max_sentences):
                 yield batch
