@@ -16,6 +16,7 @@ setup(
         "torch>=2.4,<2.15",
         "deepspeed>=0.16,<0.20",
         "sentencepiece>=0.2",
+        "protobuf>=4",              # sentencepiece's model proto: cll-extend appends pieces
         "datasets>=3.0",
         "pyarrow>=15",
         "numpy>=1.24",
@@ -37,6 +38,8 @@ setup(
             "cll-translate=cll_scale.translate:main",
             "cll-eval=cll_scale.evaluate:main",
             "cll-repro=cll_scale.repro:main",
+            "cll-bt=cll_scale.backtranslate:main",
+            "cll-extend=cll_scale.extend:main",
             "cll-demo=demo.app:main",
         ],
     },

@@ -120,20 +120,30 @@ class TrainConfig:
     # optimisation
     lr: float = 7e-4
     warmup_steps: int = 4000
+    schedule_offset: int = 0             # the schedule goes on as if this many steps were done
+                                         # (new-language extension continues pre-training's decay)
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-8
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
     grad_accum: int = 1                  # microbatches (token-budget batches) per step and rank
+    # starting point (fine-tuning: back-translation, new-language extension)
+    init_from: str = ""                  # an export/: architecture and weights; fresh optimizer
+    freeze: list[str] = field(default_factory=list)   # parameter-name globs kept fixed
+    new_data: bool = False               # --resume on other shards: the stream starts afresh
     # budget: whichever comes first
     max_steps: int = 0                   # 0: no step limit
+    max_epochs: float = 0.0              # 0: no limit; epochs of the current train.data
     max_minutes: float = 0.0             # 0: no time limit
     # validation, checkpoints, logging
     valid_every: int = 500
     valid_max_batches: int = 0           # 0: whole validation split
     valid_decode_sentences: int = 0      # >0: also greedy-translate this many validation sentences
                                          # per direction and log BLEU and the off-target rate
+    best_metric: str = "valid_nll"       # export-best/ follows this supervised validation metric:
+                                         # valid_nll (lower is better), valid_bleu (needs
+                                         # valid_decode_sentences), or "" for no selection
     ckpt_every: int = 1000
     keep_last: int = 3
     log_every: int = 50
@@ -144,8 +154,10 @@ class TrainConfig:
         self.betas = tuple(self.betas)
         if self.grad_accum < 1:
             raise ValueError("grad_accum must be >= 1")
-        if self.max_steps < 0 or self.max_minutes < 0:
-            raise ValueError("max_steps and max_minutes must be >= 0")
+        if min(self.max_steps, self.max_minutes, self.max_epochs) < 0:
+            raise ValueError("max_steps, max_epochs and max_minutes must be >= 0")
+        if self.best_metric not in ("", "valid_nll", "valid_bleu"):
+            raise ValueError(f"best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
         if self.keep_last < 1:
             raise ValueError("keep_last must be >= 1")
 

@@ -121,7 +121,7 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_
     ``latest`` is our commit point: rank 0 rewrites it atomically only after every rank has
     finished writing, so a save interrupted at any moment leaves ``latest`` at the previous,
     complete checkpoint. Then only the last ``keep_last`` tags are kept."""
-    tag = f"step{step:08d}"
+    tag = tag_for(step)
     engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
     torch.distributed.barrier()
     if engine.global_rank == 0:
@@ -139,6 +139,10 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_
             shutil.rmtree(ckpt_dir / f"{old}_universal", ignore_errors=True)
     torch.distributed.barrier()
     return tag
+
+
+def tag_for(step: int) -> str:
+    return f"step{step:08d}"
 
 
 def latest_tag(ckpt_dir: Path) -> str | None:

@@ -192,6 +192,36 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str], list[str]]], test_set: str,
+            beam: int, directions: list[str] | None = None, max_sentences: int = 0, ablate_lsl: bool = False,
+            log=print) -> dict:
+    """Evaluate several models on the same pairs: the report behind every table of the project."""
+    report = {"test_set": test_set, "beam": beam, "models": {}}
+    for name, tr in translators.items():
+        log(f"{name}:")
+        report["models"][name] = evaluate_model(tr, pairs, directions, True, max_sentences, log=log)
+        if ablate_lsl and tr.model.cfg.cll_layers:
+            log(f"{name} without LSL:")
+            report["models"][f"{name} (LSL off)"] = evaluate_model(tr, pairs, directions, False, max_sentences,
+                                                                    log=log)
+    report["bleu_signature"] = next((r["bleu_signature"] for r in report["models"].values()
+                                     if r["bleu_signature"]), "")
+    return report
+
+
+def write_report(report: dict, out: str | Path) -> str:
+    """results.json, results.md and the two plots into ``out``; returns the markdown."""
+    from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    table = markdown(report)
+    (out / "results.md").write_text(table, encoding="utf-8")
+    plot_bleu_offtarget(report, out / "bleu_offtarget.png")
+    plot_t_weights(report, out / "t_weights.png")
+    return table
+
+
 def parse_models(specs: list[str]) -> dict[str, str]:
     models = {}
     for spec in specs:
@@ -231,25 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cll-eval: error: {err}", file=sys.stderr)
         return 2
     directions = [d.strip() for d in args.directions.split(",")] if args.directions else None
-    report = {"test_set": f"{args.data or args.corpus}:{args.split}", "beam": args.beam, "models": {}}
-    for name, tr in translators.items():
-        print(f"{name}:", file=sys.stderr)
-        report["models"][name] = evaluate_model(tr, pairs, directions, True, args.max_sentences,
-                                                log=lambda s: print(s, file=sys.stderr))
-        if args.ablate_lsl and tr.model.cfg.cll_layers:
-            print(f"{name} without LSL:", file=sys.stderr)
-            report["models"][f"{name} (LSL off)"] = evaluate_model(
-                tr, pairs, directions, False, args.max_sentences, log=lambda s: print(s, file=sys.stderr))
-    report["bleu_signature"] = next((r["bleu_signature"] for r in report["models"].values() if r["bleu_signature"]), "")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
-    table = markdown(report)
-    (out / "results.md").write_text(table, encoding="utf-8")
-    from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
-    plot_bleu_offtarget(report, out / "bleu_offtarget.png")
-    plot_t_weights(report, out / "t_weights.png")
-    print(table)
+    report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
+                     args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr))
+    print(write_report(report, args.out))
     print(f"BLEU signature: {report['bleu_signature']}")
     return 0
 

@@ -52,6 +52,13 @@ def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor]
     return out
 
 
+def export_model_config(export_dir: str | os.PathLike) -> dict:
+    path = Path(export_dir) / "model_config.json"
+    if not path.is_file():
+        raise ExportError(f"{export_dir}: not a cll-scale export (no model_config.json)")
+    return json.loads(path.read_text())
+
+
 def load_export(export_dir: str | os.PathLike, device: str | torch.device = "cpu", check: bool = True
                 ) -> tuple[CLLTransformer, Manifest]:
     """Rebuild the model from an export; with ``check`` every file's sha256 must match."""

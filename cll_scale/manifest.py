@@ -134,6 +134,13 @@ class Manifest:
             raise ManifestError(f"{path}: damaged manifest ({type(err).__name__}: {err})") from None
 
     # -- integrity --------------------------------------------------------------------------
+    def fingerprint(self, split: str) -> str:
+        """One hash for a split's content (from the shards' sha256): tells a checkpoint whether
+        it resumes on the data it was trained on."""
+        shards = sorted((s.file, s.sha256) for s in self.splits[split].shards) if split in self.splits else []
+        return hashlib.sha256(json.dumps(shards).encode()).hexdigest()
+
+
     def check_files(self, directory: str | os.PathLike, full: bool = True,
                     splits: list[str] | None = None) -> list[str]:
         """Return a list of problems (empty if all is well). ``full`` hashes every byte;

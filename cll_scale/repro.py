@@ -62,14 +62,24 @@ def run_state(run_dir: Path) -> dict:
     return {"last": last, "exported_step": exported_step}
 
 
-def train(recipe: Path, run_dir: Path, shards: Path, minutes: float, overrides: list[str]) -> None:
+def chosen_export(run_dir: Path) -> Path:
+    """The checkpoint selected on supervised validation when training made one, else the last."""
+    best = run_dir / "export-best"
+    return best if (best / "export.json").exists() else run_dir / "export"
+
+
+def budget_spent(last: dict, budget: dict) -> bool:
+    return bool((budget["steps"] and last.get("step", 0) >= budget["steps"])
+                or (budget["minutes"] and last.get("elapsed_s", 0) >= budget["minutes"] * 60))
+
+
+def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> None:
     state = run_state(run_dir)
-    done = state["last"].get("elapsed_s", 0) >= minutes * 60 and state["exported_step"] == state["last"].get("step")
-    if done:
+    if budget_spent(state["last"], budget) and state["exported_step"] == state["last"].get("step"):
         print(f"[cll-repro] {run_dir.name}: finished ({state['last']['step']} steps), skipping", file=sys.stderr)
         return
     cmd = [sys.executable, "-m", "cll_scale.train", "--recipe", str(recipe), "--data", str(shards),
-           "--run-dir", str(run_dir), "--max-minutes", str(minutes)]
+           "--run-dir", str(run_dir), "--max-minutes", str(budget["minutes"]), "--max-steps", str(budget["steps"])]
     for o in overrides:
         cmd += ["--set", o]
     if (run_dir / "checkpoints" / "latest").exists():
@@ -83,21 +93,32 @@ def offtarget_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
     return plot_offtarget_over_training({name: d / "metrics.jsonl" for name, d in runs.items()}, out_png)
 
 
-def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict], minutes: float,
+def budget_text(budget: dict) -> str:
+    parts = ([f"{budget['steps']:,} steps"] if budget["steps"] else []) + \
+            ([f"{budget['minutes']:g} minutes"] if budget["minutes"] else [])
+    return " or ".join(parts) + " of training per model, whichever comes first"
+
+
+def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
                  command: str, out: Path) -> Path:
     figs = out / condition
     figs.mkdir(parents=True, exist_ok=True)
     lines = [f"# Multi30k, {condition} condition: Baseline vs CLL", "",
              f"Command: `{command}`", "",
-             f"Hardware: {hardware()}. Budget: {minutes:g} minutes of training per model, same seed and data.", "",
-             "| model | steps | epochs | target tokens seen | training minutes | last train NLL | last valid NLL |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             f"Hardware: {hardware()}. Budget: {budget_text(budget)}; same seed, data order and settings "
+             "for every model (the recipes differ only in `model.variant`).", "",
+             "Evaluated checkpoint: the one with the lowest supervised validation NLL (`export-best/`; "
+             "zero-shot directions play no part in the choice), else the last one.", "",
+             "| model | steps | epochs | target tokens seen | training minutes | last train NLL | last valid NLL "
+             "| evaluated step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, run_dir in runs.items():
         last = run_state(run_dir)["last"]
         valid = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if "valid_nll" in x]
         lines.append(f"| {name} | {last.get('step', 0)} | {last.get('epoch', 0):.2f} | {last.get('tokens_seen', 0):,} "
                      f"| {last.get('elapsed_s', 0) / 60:.1f} | {last.get('nll', float('nan')):.3f} | "
-                     f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} |")
+                     f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} | "
+                     f"{json.loads((chosen_export(run_dir) / 'export.json').read_text())['step']} |")
     curve = offtarget_curve_png(runs, figs / "offtarget_over_training.png")
     if curve:
         lines += ["", f"![zero-shot off-target over training]({condition}/{curve.name})"]
@@ -119,7 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--condition", choices=("centered", "triangle"), required=True)
     p.add_argument("--variants", default="baseline,fcll", help="comma-separated: baseline, sd, fcll")
-    p.add_argument("--minutes-per-model", type=float, default=90.0)
+    p.add_argument("--steps-per-model", type=int, default=0,
+                   help="step budget: every variant sees exactly the same batches (preferred)")
+    p.add_argument("--minutes-per-model", type=float, default=0.0,
+                   help="time budget (default 90 when no step budget is given)")
     p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(ROOT.parent / "shared" / "data" / "multi30k")))
     p.add_argument("--shards-root", default=str(ROOT / "data" / "shards"))
     p.add_argument("--runs-root", default=str(ROOT / "runs"))
@@ -136,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    budget = {"steps": args.steps_per_model,
+              "minutes": args.minutes_per_model or (0.0 if args.steps_per_model else 90.0)}
     shards = Path(args.shards_root) / f"multi30k-{args.condition}"
     build_shards(args.condition, args.multi30k, shards)
     runs = {}
@@ -146,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         run_dir = Path(args.runs_root) / f"multi30k-{args.condition}-{variant}"
         if not args.eval_only:
-            train(recipe, run_dir, shards, args.minutes_per_model, args.set)
+            train(recipe, run_dir, shards, budget, args.set)
         runs[variant] = run_dir
     reports = {}
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -154,13 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         pairs = pairs_from_shards(shards, split)
         report = {"test_set": f"Multi30k {split}", "beam": args.beam, "models": {}}
         for name, run_dir in runs.items():
-            tr = Translator(run_dir / "export", device, TranslateConfig(DecodeConfig(beam=args.beam)))
+            tr = Translator(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
             print(f"[cll-repro] evaluating {name} on {split}", file=sys.stderr)
             report["models"][name] = evaluate_model(tr, pairs, max_sentences=args.max_sentences,
                                                     log=lambda s: print(s, file=sys.stderr))
         report["bleu_signature"] = next(iter(report["models"].values()))["bleu_signature"]
         reports[split] = report
-    path = write_report(args.condition, runs, reports, args.minutes_per_model, command, Path(args.out))
+    path = write_report(args.condition, runs, reports, budget, command, Path(args.out))
     print(path.read_text())
     return 0
 

@@ -13,6 +13,7 @@ the training-curve PNG and ``export/``.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -27,12 +28,13 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.config import PRESETS, apply_overrides, build_configs, load_recipe
-from cll_scale.export import write_export
+from cll_scale.export import export_model_config, load_export, write_export
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.stream import ShardStream, eval_batches
 
 MAX_CONSECUTIVE_SKIPS = 50
+BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (TrainConfig.best_metric)
 
 
 class CheckpointError(RuntimeError):
@@ -76,10 +78,18 @@ class Trainer:
         if not data_dir:
             raise ValueError("no shard directory: set train.data in the recipe or pass --data")
         self.manifest = Manifest.load(data_dir)
+        init_from = recipe.get("train", {}).get("init_from")
+        if init_from:   # the architecture comes from the export; recipe model fields still override
+            recipe = {**recipe, "model": {**export_model_config(init_from), **recipe.get("model", {})}}
         self.model_cfg, self.stream_cfg, self.cfg = build_configs(
             recipe, self.manifest.languages, self.manifest.central_language, self.manifest.tokenizer)
-        if not (self.cfg.max_steps or self.cfg.max_minutes):
-            raise ValueError("no budget: set --max-steps and/or --max-minutes")
+        if init_from and (self.model_cfg.languages != self.manifest.languages
+                          or self.model_cfg.vocab_size != self.manifest.tokenizer.vocab_size):
+            raise ValueError(f"{init_from} was built for languages {self.model_cfg.languages} and "
+                             f"{self.model_cfg.vocab_size} subwords, {data_dir} has "
+                             f"{self.manifest.languages} and {self.manifest.tokenizer.vocab_size}")
+        if not (self.cfg.max_steps or self.cfg.max_minutes or self.cfg.max_epochs):
+            raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
         self.run_dir = Path(self.cfg.run_dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         tag = ds.latest_tag(self.ckpt_dir)
@@ -95,14 +105,19 @@ class Trainer:
         self.stream = ShardStream(data_dir, self.stream_cfg, self.rank, self.world)
         torch.manual_seed(self.cfg.seed)        # identical initial weights on every rank
         self.model = CLLTransformer(self.model_cfg)
+        self.frozen = self._init_and_freeze(tag)
+        self.data_fingerprint = self.manifest.fingerprint("train")
         ds_cfg = ds.make_ds_config(self.cfg.ds_config, self.cfg, self.world, self.run_dir, universal)
         self.engine = ds.initialize(self.model, ds_cfg, self._optimizer, self._scheduler)
         self.device = self.engine.device
         self.step, self.elapsed, self.tokens_seen = 0, 0.0, 0
+        self.epoch = 0.0    # of the current train.data, averaged over ranks (the same on every rank)
         self._faults_done: set[str] = set()
+        self._saved = (None, None)       # (step, tag) of the newest checkpoint this process wrote
         torch.manual_seed(self.cfg.seed * 1000 + self.rank)   # dropout differs between ranks
         if tag:
             self._restore(tag, universal)
+        self.best = self._best_so_far()
         if self.rank == 0:
             resolved = {"preset": recipe.get("preset", "small"), "model": self.model_cfg.to_json(),
                         "data": asdict(self.stream_cfg), "train": asdict(self.cfg)}
@@ -112,25 +127,73 @@ class Trainer:
         self.metrics_path = self.run_dir / "metrics.jsonl"
 
     # -- construction helpers -----------------------------------------------------------------
+    def _init_and_freeze(self, tag: str | None) -> dict[str, torch.Tensor]:
+        """Start from ``init_from`` (unless a checkpoint takes over) and freeze the parameters
+        matching ``freeze``. Returns the frozen tensors as loaded: under bf16 DeepSpeed keeps no
+        fp32 master copy of a parameter it does not train, so exports take them from here."""
+        cfg = self.cfg
+        init = load_export(cfg.init_from)[0].state_dict() if cfg.init_from else None
+        if init is not None and not tag:
+            self.model.load_state_dict(init, strict=True)
+        names = [n for n, _ in self.model.named_parameters()]
+        frozen = {}
+        for pattern in cfg.freeze:
+            hits = fnmatch.filter(names, pattern)
+            if not hits:
+                raise ValueError(f"freeze pattern {pattern!r} matches no parameter (names look like "
+                                 f"{names[0]}, {names[-1]})")
+            frozen.update({n: None for n in hits})
+        for name, param in self.model.named_parameters():
+            if name in frozen:
+                param.requires_grad_(False)
+                frozen[name] = (init[name] if init is not None else param.detach()).clone()
+        if frozen:
+            self.log(f"{len(frozen)} parameter tensors frozen "
+                     f"({sum(t.numel() for t in frozen.values()):,} weights)")
+        return frozen
+
+
     def _optimizer(self, model):
         return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.cfg.lr,
                                  betas=self.cfg.betas, eps=self.cfg.eps, weight_decay=self.cfg.weight_decay)
 
     def _scheduler(self, optimizer):
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(self.cfg.warmup_steps))
+        factor, offset = inverse_sqrt(self.cfg.warmup_steps), self.cfg.schedule_offset
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factor(step + offset))
 
     def _restore(self, tag: str, universal: bool) -> None:
         client = ds.load_checkpoint(self.engine, self.ckpt_dir, tag)
         self.step, self.elapsed = int(client["step"]), float(client["elapsed"])
         self.tokens_seen = int(client.get("tokens_seen", 0))
         streams, rngs = client["streams"], client["rng"]
-        if len(streams) == self.world and not universal:
+        if client.get("data", self.data_fingerprint) != self.data_fingerprint:
+            if not self.cfg.new_data:
+                raise ValueError(f"the training shards of {self.cfg.data} are not the ones {self.ckpt_dir / tag} "
+                                 f"was trained on; to continue this run on new data pass "
+                                 f"--set train.new_data=true (the data stream then starts afresh)")
+            self.log(f"continuing {self.ckpt_dir / tag} on new data ({self.cfg.data}): weights, optimizer "
+                     f"and schedule carry on, the data stream starts afresh")
+        elif len(streams) == self.world and not universal:
             self.stream.load_state_dict(streams[self.rank])
             torch.set_rng_state(rngs[self.rank])
         else:   # another world size: slices differ, so each direction restarts its current pool
             self.stream.load_state_dict(streams[0], strict_world=False)
+        self.epoch = ds.all_reduce_sum([self.stream.epoch], self.device)[0] / self.world
+        self._truncate_metrics()
         self.log(f"resumed from {self.ckpt_dir / tag} at step {self.step}"
                  + (" (universal checkpoint, world size changed)" if universal else ""))
+
+    def _truncate_metrics(self) -> None:
+        """Drop the records a killed run wrote after its last checkpoint: the resumed run writes
+        those steps again, and a curve must not show them twice."""
+        path = self.run_dir / "metrics.jsonl"
+        if self.rank != 0 or not path.exists():
+            return
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= self.step]
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        os.replace(tmp, path)
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -144,7 +207,9 @@ class Trainer:
             t_step = time.perf_counter()
             loss_sum, nll_sum, ntok = self._train_step(window)
             self.step += 1
-            sums = ds.all_reduce_sum([loss_sum, nll_sum, ntok, time.perf_counter() - t_step], self.device)
+            sums = ds.all_reduce_sum([loss_sum, nll_sum, ntok, time.perf_counter() - t_step, self.stream.epoch],
+                                     self.device)
+            self.epoch = sums[4] / self.world
             self.elapsed += sums[3] / self.world
             window["seconds"] += sums[3] / self.world
             self.tokens_seen += int(sums[2])
@@ -157,12 +222,12 @@ class Trainer:
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
                 window.update(loss=0.0, nll=0.0, tokens=0.0, skipped=0, seconds=0.0)
             if self.step % cfg.valid_every == 0:
-                last.update(self.validate())
+                last.update(self._validate_and_select())
             if self.step % cfg.ckpt_every == 0:
                 self.save()
         bar.close()
         if self.step % cfg.valid_every:
-            last.update(self.validate())
+            last.update(self._validate_and_select())
         tag = self.save()
         if self.rank == 0:
             from cll_scale.plots import plot_training_curves
@@ -172,9 +237,34 @@ class Trainer:
         ds.barrier()
         return {"step": self.step, **last}
 
+    def _best_so_far(self) -> float | None:
+        info = self.run_dir / BEST_EXPORT / "export.json"
+        if self.cfg.best_metric and info.exists():
+            best = json.loads(info.read_text()).get("best", {})
+            if best.get("metric") == self.cfg.best_metric and best.get("step", 0) <= self.step:
+                return float(best["value"])
+        return None
+
+    def _validate_and_select(self) -> dict:
+        """Validate; on a new best of ``best_metric`` save a checkpoint and export it to
+        ``export-best/``. Only supervised directions count: a zero-shot study must not pick its
+        model with parallel data it claims not to have."""
+        out = self.validate()
+        metric = self.cfg.best_metric
+        if metric and metric in out:
+            value = float(out[metric])
+            lower_is_better = metric.endswith("nll")
+            if self.best is None or (value < self.best if lower_is_better else value > self.best):
+                self.best = value
+                tag = self.save()
+                if self.cfg.export:
+                    self.export(tag, BEST_EXPORT, {"best": {"metric": metric, "value": value, "step": self.step}})
+        return out
+
     def _budget_spent(self) -> bool:
         # Decided from all-reduced numbers only, so every rank stops at the same step.
         return bool((self.cfg.max_steps and self.step >= self.cfg.max_steps)
+                    or (self.cfg.max_epochs and self.epoch >= self.cfg.max_epochs)
                     or (self.cfg.max_minutes and self.elapsed >= self.cfg.max_minutes * 60))
 
     def _train_step(self, window: dict) -> tuple[float, float, float]:
@@ -303,27 +393,34 @@ class Trainer:
                 f.write(json.dumps(record) + "\n")
 
     def save(self) -> str:
+        if self._saved[0] == self.step:      # validation already saved this step
+            return self._saved[1]
+        if ds.latest_tag(self.ckpt_dir) == ds.tag_for(self.step):   # resumed with the budget spent:
+            return ds.tag_for(self.step)                             # never rewrite the latest
         state = {"step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen,
+                 "data": self.data_fingerprint,
                  "streams": ds.all_gather_object(self.stream.state_dict()),
                  "rng": ds.all_gather_object(torch.get_rng_state())}
         fault = "crash_in_save" if self._fault("crash_in_save", self.step) else ""
         try:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-            return ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last, fault)
+            tag = ds.save_checkpoint(self.engine, self.ckpt_dir, self.step, state, self.cfg.keep_last, fault)
         except (OSError, RuntimeError) as err:   # disk full, quota, unwritable directory (torch.save
             # reports a failed write as a RuntimeError from its zip writer)
             previous = ds.latest_tag(self.ckpt_dir)
             raise CheckpointError(f"saving the step {self.step} checkpoint in {self.ckpt_dir} failed ({err}); "
                                   + (f"the previous checkpoint {previous} is intact and --resume continues "
                                      f"from it" if previous else "no earlier checkpoint exists")) from None
+        self._saved = (self.step, tag)
+        return tag
 
-    def export(self, tag: str) -> None:
+    def export(self, tag: str, name: str = "export", info: dict | None = None) -> None:
         if self.rank == 0:
-            weights = ds.consolidated_state_dict(self.ckpt_dir, tag)
-            write_export(self.run_dir / "export", weights, self.model_cfg, self.cfg.data,
+            weights = {**ds.consolidated_state_dict(self.ckpt_dir, tag), **self.frozen}
+            write_export(self.run_dir / name, weights, self.model_cfg, self.cfg.data,
                          {"step": self.step, "run_dir": str(self.run_dir), "checkpoint": tag,
-                          "git": git_commit()})
-            self.log(f"exported {self.run_dir / 'export'}")
+                          "lr": self.engine.get_lr()[0], "git": git_commit(), **(info or {})})
+            self.log(f"exported {self.run_dir / name}" + (f" ({info})" if info else ""))
 
     def log(self, message: str) -> None:
         if self.rank == 0:

@@ -57,8 +57,9 @@ def split_role(name: str) -> str:
 class _DirectionWriter:
     """Writes one direction of one split as Arrow IPC files of ``block_rows``-row batches."""
 
-    def __init__(self, root: Path, split: str, direction: Direction, cfg: BuildConfig, with_text: bool):
-        self.root, self.split, self.direction, self.cfg = root, split, direction, cfg
+    def __init__(self, root: Path, split: str, direction: Direction, cfg: BuildConfig, with_text: bool,
+                 prefix: str = ""):
+        self.root, self.split, self.direction, self.cfg, self.prefix = root, split, direction, cfg, prefix
         fields = [("line", pa.int64()), ("src_ids", ID_LIST), ("tgt_ids", ID_LIST)]
         if with_text:
             fields += [("src_text", pa.string()), ("tgt_text", pa.string())]
@@ -83,7 +84,7 @@ class _DirectionWriter:
 
     def _write_block(self, n: int) -> None:
         if self.writer is None:
-            rel = f"{self.split}/{self.direction}.{len(self.shards):05d}.arrow"
+            rel = f"{self.split}/{self.prefix}{self.direction}.{len(self.shards):05d}.arrow"
             self.path = self.root / rel
             self.rel = rel
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,3 +217,56 @@ def _build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path) -> Manifest:
                           f"(filtered: {manifest.splits.get('train') and manifest.splits['train'].filtered})")
     manifest.save(tmp)
     return manifest
+
+
+def write_direction(root: Path, split: str, direction: Direction, columns: dict[str, list], cfg: BuildConfig,
+                    prefix: str = "") -> list[Shard]:
+    """Write already-tokenised rows (``line``, ``src_ids``, ``tgt_ids`` [, texts]) of one
+    direction as shards under ``root`` — for data made by the system itself (back-translation)."""
+    writer = _DirectionWriter(Path(root), split, direction, cfg, with_text="src_text" in columns, prefix=prefix)
+    writer.add(columns)
+    return writer.close()
+
+
+def link_shards(manifest: Manifest, sources: list[tuple[Path, list[Shard]]], out: Path, spm_model: Path) -> None:
+    """Finish a shard directory in ``out`` (being built, not yet renamed into place) whose
+    manifest lists shards of other directories: hard links where the file system allows (no
+    copy, no extra disk), copies otherwise. ``sources`` pairs a directory with shards of it
+    that ``manifest`` lists under the same file names."""
+    for src_dir, shards in sources:
+        for shard in shards:
+            dst = out / shard.file
+            if dst.exists():
+                raise FileExistsError(f"{dst}: two sources provide the same shard file")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(src_dir / shard.file, dst)
+            except OSError:
+                shutil.copy2(src_dir / shard.file, dst)
+    if Path(spm_model).resolve() != (out / manifest.tokenizer.file).resolve():
+        shutil.copyfile(spm_model, out / manifest.tokenizer.file)
+    manifest.verify(out, full=False)
+    manifest.save(out)
+
+
+def atomic_dir(out: Path):
+    """Context manager yielding a temporary sibling of ``out`` that is renamed to ``out`` when
+    the block succeeds and removed when it fails: a directory is either complete or absent."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def _ctx():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temps(out)
+        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            yield tmp
+            if out.exists():
+                raise FileExistsError(f"{out} appeared while it was being built")
+            os.replace(tmp, out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return _ctx()

@@ -46,10 +46,22 @@ def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_pa
     full, split = tmp_path / "full", tmp_path / "split"
     cll_train(*common(m30k_centered, full, 40, "--set", "train.ckpt_every=20"))
     cll_train(*common(m30k_centered, split, 17, "--set", "train.export=false"))
-    res = cll_train(*common(m30k_centered, split, 40, "--set", "train.ckpt_every=20"), "--resume")
+    with open(split / "metrics.jsonl", "a") as f:    # what a run killed after its checkpoint leaves
+        f.write(json.dumps({"step": 18, "loss": 99.0}) + "\n")
+    # The second half also validates every 10 steps: validation must not disturb training, and the
+    # best checkpoint on supervised validation NLL is exported to export-best/.
+    res = cll_train(*common(m30k_centered, split, 40, "--set", "train.ckpt_every=20",
+                            "--set", "train.valid_every=10"), "--resume")
     assert "resumed from" in res.stderr and "step00000017" in res.stderr
     a, b = losses(full), losses(split)
-    assert sorted(b) == list(range(1, 41))
+    rows = [json.loads(line) for line in (split / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 41)), "stale records kept"
+    valid = {r["step"]: r["valid_nll"] for r in rows if "valid_nll" in r}
+    assert sorted(valid) == [17, 20, 30, 40]       # 17: the end of the first half (no export there)
+    del valid[17]
+    best = json.loads((split / "export-best" / "export.json").read_text())
+    assert best["best"]["metric"] == "valid_nll" and best["step"] == min(valid, key=valid.get)
+    assert best["best"]["value"] == pytest.approx(min(valid.values()))
     for step in range(18, 41):            # fp32: the resumed run is the uninterrupted run
         assert abs(a[step] - b[step]) <= 1e-6, (step, a[step], b[step])
     first, last = sum(a[s] for s in range(1, 6)) / 5, sum(a[s] for s in range(36, 41)) / 5

@@ -1,0 +1,280 @@
+"""``cll-bt``: back-translation fine-tuning (paper §4.3, after Zhang et al. 2020's online
+back-translation).
+
+    cll-bt --model runs/x/export --data data/shards/multi30k-centered --out runs/x-bt --bt-langs de,fr,cs
+    deepspeed --num_gpus 8 -m cll_scale.backtranslate --model ... # generation and training on every rank
+
+Every epoch: the current model translates the target side of each training pair into a random
+language of ``--bt-langs`` other than the target's (the pseudo source), one epoch is trained on
+the real pairs plus the pseudo pairs — which cover the zero-shot directions — and the next epoch
+starts over with the updated model. Paper settings: 4 epochs, a fresh optimizer, 500 warm-up
+steps, peak learning rate 3e-4. Layout of ``--out`` (re-running the command resumes it):
+
+    bt.json            settings and the epochs finished
+    parts/epoch-K/     finished generation chunks: an interrupted epoch does not redo them
+    data/epoch-K/      a shard directory: the real shards (hard links) + the pseudo ones (bt.*)
+    run/               the fine-tuning run: checkpoints, metrics, export/ (the result)
+    eval/<split>/      before/after report (results.md, results.json, plots)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from cll_scale import engine as ds
+from cll_scale.decoding import DecodeConfig
+from cll_scale.languages import Direction
+from cll_scale.manifest import Manifest, Shard
+from cll_scale.translate import TranslateConfig, Translator
+
+BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
+
+
+@dataclass
+class BTConfig:
+    model: str                          # export to start from
+    data: str                           # its shard directory (real pairs, valid and test sets)
+    out: str
+    bt_langs: list[str] = field(default_factory=list)   # pseudo-source languages; [] = all
+    epochs: int = 4
+    beam: int = 1                       # greedy, as online back-translation does
+    max_rows: int = 0                   # per direction and epoch; 0 = every training pair
+    chunk_rows: int = 2048              # unit of resumable generation work
+    lr: float = 3e-4
+    warmup_steps: int = 500
+    max_tokens: int = 4096
+    ds_config: str = "auto"
+    seed: int = 1
+    eval_splits: list[str] = field(default_factory=list)   # [] = every test split of --data
+    eval_max_sentences: int = 0
+    eval_beam: int = 4
+
+    def __post_init__(self):
+        if self.epochs < 1:
+            raise ValueError("epochs must be >= 1")
+
+
+# -- generation -----------------------------------------------------------------------------------
+
+def read_targets(data: Path, manifest: Manifest, direction: str) -> tuple[np.ndarray, list[list[int]]]:
+    """(line numbers, target ids) of one training direction, in shard order."""
+    lines, tgt = [], []
+    for shard in (s for s in manifest.splits["train"].shards if s.direction == direction):
+        with pa.memory_map(str(data / shard.file)) as src:
+            table = pa.ipc.open_file(src).read_all().select(["line", "tgt_ids"])
+        lines.append(table.column("line").to_numpy())
+        tgt.extend(table.column("tgt_ids").to_pylist())
+    return np.concatenate(lines) if lines else np.zeros(0, np.int64), tgt
+
+
+def plan_epoch(cfg: BTConfig, manifest: Manifest, epoch: int) -> list[dict]:
+    """The epoch's work as chunks of (direction, row indices, pseudo-source languages), drawn
+    from (seed, epoch, direction) only, so every rank and every restart plans the same."""
+    langs = cfg.bt_langs or manifest.languages
+    chunks = []
+    for i, direction in enumerate(manifest.splits["train"].directions()):
+        tgt = Direction.parse(direction).tgt
+        options = [x for x in langs if x != tgt]
+        if not options:
+            continue
+        rng = np.random.default_rng([cfg.seed, epoch, i])
+        n = manifest.splits["train"].rows(direction)
+        rows = np.arange(n) if not cfg.max_rows or cfg.max_rows >= n else np.sort(rng.choice(n, cfg.max_rows, replace=False))
+        pseudo = rng.choice(len(options), len(rows))
+        for start in range(0, len(rows), cfg.chunk_rows):
+            part = slice(start, start + cfg.chunk_rows)
+            chunks.append({"direction": direction, "rows": rows[part].tolist(),
+                           "pseudo_langs": [options[k] for k in pseudo[part]]})
+    return chunks
+
+
+def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world: int) -> list[dict]:
+    """Translate this rank's unfinished chunks; each finished chunk is written at once."""
+    data, parts = Path(cfg.data), Path(cfg.out) / "parts" / f"epoch-{epoch}"
+    parts.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest.load(data)
+    chunks = plan_epoch(cfg, manifest, epoch)
+    mine = [k for k in range(len(chunks)) if k % world == rank and not (parts / f"{k:06d}.json").exists()]
+    targets: dict[str, tuple] = {}
+    bar = tqdm(total=sum(len(chunks[k]["rows"]) for k in mine), unit="sent", disable=rank != 0 or None,
+               desc=f"back-translating, epoch {epoch}", dynamic_ncols=True)
+    for k in mine:
+        c = chunks[k]
+        if c["direction"] not in targets:
+            targets[c["direction"]] = read_targets(data, manifest, c["direction"])
+        lines, tgt_ids = targets[c["direction"]]
+        texts = translator.sp.decode([tgt_ids[r] for r in c["rows"]])
+        pseudo = translator.translate(texts, c["pseudo_langs"])
+        record = {"direction": c["direction"], "lines": [int(lines[r]) for r in c["rows"]],
+                  "rows": c["rows"], "pseudo_langs": c["pseudo_langs"], "pseudo": pseudo}
+        tmp = parts / f".{k:06d}.json.tmp-{rank}"
+        tmp.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, parts / f"{k:06d}.json")
+        bar.update(len(c["rows"]))
+    bar.close()
+    return chunks
+
+
+def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
+    """Real shards (linked) + pseudo pairs as one shard directory ``data/epoch-K``."""
+    from data_tools.build import BuildConfig, atomic_dir, link_shards, write_direction
+    data, out = Path(cfg.data), Path(cfg.out) / "data" / f"epoch-{epoch}"
+    if (out / "manifest.json").exists():
+        return out
+    manifest = Manifest.load(data)
+    parts = Path(cfg.out) / "parts" / f"epoch-{epoch}"
+    by_direction: dict[str, dict[str, list]] = {}
+    filtered: dict[str, dict[str, int]] = {}
+    targets: dict[str, list] = {}
+    for k in range(n_chunks):
+        rec = json.loads((parts / f"{k:06d}.json").read_text(encoding="utf-8"))
+        if rec["direction"] not in targets:
+            targets[rec["direction"]] = read_targets(data, manifest, rec["direction"])[1]
+        tgt = Direction.parse(rec["direction"]).tgt
+        src_ids = sp.encode(rec["pseudo"])
+        for row, line, lang, text, ids in zip(rec["rows"], rec["lines"], rec["pseudo_langs"], rec["pseudo"], src_ids):
+            name = f"{lang}-{tgt}"
+            counts = filtered.setdefault(BT_PREFIX + name, {"empty": 0, "too_long": 0})
+            if not text.strip():          # the model produced nothing: counted, not trained on
+                counts["empty"] += 1
+                continue
+            if len(ids) > manifest.max_tokens:
+                counts["too_long"] += 1
+                continue
+            cols = by_direction.setdefault(name, {"line": [], "src_ids": [], "tgt_ids": []})
+            cols["line"].append(line)
+            cols["src_ids"].append(ids)
+            cols["tgt_ids"].append(targets[rec["direction"]][row])
+    build_cfg = BuildConfig(out_dir=str(out), block_rows=manifest.block_rows, max_tokens=manifest.max_tokens)
+    with atomic_dir(out) as tmp:
+        pseudo: list[Shard] = []
+        for name in sorted(by_direction):
+            pseudo += write_direction(tmp, "train", Direction.parse(name), by_direction[name], build_cfg, BT_PREFIX)
+        merged = Manifest.from_json(manifest.to_json())
+        merged.splits["train"].shards = sorted(merged.splits["train"].shards + pseudo, key=lambda s: s.file)
+        merged.splits["train"].filtered.update(filtered)
+        merged.source = {"back_translation": {"epoch": epoch, "from": str(data), "model": cfg.model,
+                                              "pseudo_rows": sum(s.rows for s in pseudo)}, **manifest.source}
+        link_shards(merged, [(data, [s for split in manifest.splits.values() for s in split.shards])], tmp,
+                    data / manifest.tokenizer.file)
+    return out
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
+    from cll_scale.train import Trainer
+    run = Path(cfg.out) / "run"
+    recipe = {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed},
+              "train": {"data": str(epoch_data), "run_dir": str(run), "init_from": cfg.model,
+                        "new_data": True, "max_epochs": 1.0, "lr": cfg.lr, "warmup_steps": cfg.warmup_steps,
+                        "ds_config": cfg.ds_config, "seed": cfg.seed, "best_metric": "", "valid_every": 500,
+                        "ckpt_every": 250, "keep_last": 2, "log_every": 25}}
+    Trainer(recipe, resume=ds.latest_tag(run / "checkpoints") is not None).train()
+
+
+def evaluate(cfg: BTConfig, device) -> dict[str, str]:
+    from cll_scale.evaluate import compare, pairs_from_shards, write_report
+    manifest = Manifest.load(cfg.data)
+    splits = cfg.eval_splits or [n for n, s in manifest.splits.items() if s.role == "test"]
+    tc = TranslateConfig(DecodeConfig(beam=cfg.eval_beam))
+    models = {"before": Translator(cfg.model, device, tc),
+              f"after {cfg.epochs} BT epochs": Translator(Path(cfg.out) / "run" / "export", device, tc)}
+    tables = {}
+    for split in splits:
+        report = compare(models, pairs_from_shards(cfg.data, split), f"{cfg.data}:{split}", cfg.eval_beam,
+                         max_sentences=cfg.eval_max_sentences, log=lambda s: print(s, file=sys.stderr))
+        tables[split] = write_report(report, Path(cfg.out) / "eval" / split)
+    return tables
+
+
+def run(cfg: BTConfig) -> dict[str, str]:
+    from cll_scale.train import set_threads
+    set_threads()
+    rank, world, _ = ds.init_distributed()
+    out = Path(cfg.out)
+    state_path = out / "bt.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {"epochs_done": 0}
+    # More epochs or another evaluation may be asked of a run; anything else would mix two runs.
+    same = lambda c: {k: v for k, v in c.items() if k != "epochs" and not k.startswith("eval")}   # noqa: E731
+    if same(state.get("config", asdict(cfg))) != same(asdict(cfg)):
+        raise ValueError(f"{out} holds a back-translation run with other settings ({state_path}); "
+                         f"use another --out or the same settings")
+    device = ds.device()
+    for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
+        current = cfg.model if epoch == 1 else out / "run" / "export"
+        translator = Translator(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam), max_sentences=128,
+                                                                 max_tokens=12000))
+        chunks = generate(cfg, translator, epoch, rank, world)
+        ds.barrier()
+        if rank == 0:
+            build_epoch_data(cfg, epoch, len(chunks), translator.sp)
+        ds.barrier()
+        train_epoch(cfg, out / "data" / f"epoch-{epoch}")
+        if rank == 0:
+            state = {"config": asdict(cfg), "epochs_done": epoch}
+            tmp = state_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(state, indent=1))
+            os.replace(tmp, state_path)
+        ds.barrier()
+    return evaluate(cfg, device) if rank == 0 else {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cll-bt", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="export to start from")
+    p.add_argument("--data", required=True, help="the shard directory the model was trained on")
+    p.add_argument("--out", required=True, help="run directory (re-run the command to resume)")
+    p.add_argument("--bt-langs", default="", help="comma-separated pseudo-source languages (default: all); "
+                   "the paper uses the languages of the zero-shot test")
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--beam", type=int, default=1, help="beam for generating pseudo sources")
+    p.add_argument("--max-rows", type=int, default=0, help="pairs per direction and epoch (0: all)")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup-steps", type=int, default=500)
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--ds-config", default="auto")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-splits", default="", help="comma-separated test splits (default: all of --data)")
+    p.add_argument("--eval-max-sentences", type=int, default=0)
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    split = lambda s: [x.strip() for x in s.split(",") if x.strip()]   # noqa: E731
+    try:
+        cfg = BTConfig(model=args.model, data=args.data, out=args.out, bt_langs=split(args.bt_langs),
+                       epochs=args.epochs, beam=args.beam, max_rows=args.max_rows, lr=args.lr,
+                       warmup_steps=args.warmup_steps, max_tokens=args.max_tokens, ds_config=args.ds_config,
+                       seed=args.seed, eval_splits=split(args.eval_splits),
+                       eval_max_sentences=args.eval_max_sentences)
+        manifest = Manifest.load(cfg.data)
+        unknown = [x for x in cfg.bt_langs if x not in manifest.languages]
+        if unknown:
+            raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {cfg.data} "
+                             f"({', '.join(manifest.languages)})")
+        tables = run(cfg)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        print(f"cll-bt: error: {err}", file=sys.stderr)
+        return 2
+    if tables:
+        command = "cll-bt " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        print(f"Command: `{command}`\n")
+        for split, table in tables.items():
+            print(f"## {split}\n\n{table}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,327 @@
+"""``cll-extend``: teach a trained model a new language from a few parallel pairs (paper §4.4,
+App. A).
+
+    cll-extend --model runs/m/export --data data/shards/m30k-en-de-fr --lang cs \\
+               --corpus ../shared/data/multi30k --pairs en-cs,cs-en --max-pairs 5000 \\
+               --out runs/m-plus-cs --max-steps 2000
+
+1. SentencePiece: pieces learned on the new language are appended to the model's vocabulary
+   (old ids unchanged; pieces that would change how old-language text splits are left out,
+   :mod:`data_tools.spm_extend`).
+2. Shards: the new pairs (and every dev/test direction with the new language) are built with the
+   extended vocabulary and listed in one manifest with the old shards (hard links), whose ids
+   stay valid.
+3. Model: embedding rows for the new pieces = mean of the old rows + small noise; the new
+   language's LSL and ``t`` = the average of the existing ones (Eq. 3). Before fine-tuning the
+   model scores every old-vocabulary continuation exactly as the original did.
+4. Fine-tuning on new + old data with the existing languages' CLL parameters frozen (``--freeze``
+   adds more), starting at the learning rate where pre-training ended (its schedule continues).
+5. Before/after evaluation on the corpus's test sets.
+
+Re-running the command resumes: finished steps are kept (``out/data``, ``out/init-export``,
+the run's checkpoints).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import sentencepiece as spm
+import torch
+
+from cll_scale.config import ModelConfig
+from cll_scale.export import load_export, write_export
+from cll_scale.languages import Direction
+from cll_scale.manifest import Manifest
+from cll_scale.model import CLLTransformer
+
+LSL_PARAMS = ("w1", "b1", "w2", "b2", "t")
+
+
+@dataclass
+class ExtendConfig:
+    model: str                      # export of the pre-trained model
+    data: str                       # its shard directory (old data, mixed into fine-tuning)
+    lang: str                       # the new language
+    corpus: str                     # multi-way directory with the new language's text
+    pairs: list[str]                # supervised directions with the new language, e.g. en-cs, cs-en
+    out: str
+    max_pairs: int = 5000           # training lines taken from the corpus
+    vocab_size: int = 2000          # pieces learned on the new language (before de-duplication)
+    keep_rows: int = 5000           # old-language sentences per direction that must split as before
+    noise: float = 0.01             # std of the noise on new embedding rows, relative to the old rows'
+    freeze: list[str] = field(default_factory=list)   # extra parameter globs to freeze
+    max_steps: int = 2000
+    lr: float = 0.0                 # 0: continue pre-training's schedule where it ended
+    max_tokens: int = 4096
+    ds_config: str = "auto"
+    seed: int = 1
+    eval_splits: list[str] = field(default_factory=list)   # [] = every test split of the corpus
+    eval_max_sentences: int = 0
+    eval_beam: int = 4
+
+
+# -- 1 + 2: vocabulary and shards -------------------------------------------------------------------
+
+def old_language_sample(data: Path, manifest: Manifest, rows: int) -> list[str]:
+    """Source sentences of every old training direction (decoded from the shards)."""
+    sp = spm.SentencePieceProcessor(model_file=str(data / manifest.tokenizer.file))
+    texts = []
+    for direction in manifest.splits["train"].directions():
+        shard = next(s for s in manifest.splits["train"].shards if s.direction == direction)
+        with pa.memory_map(str(data / shard.file)) as f:
+            ids = pa.ipc.open_file(f).read_all().column("src_ids").to_pylist()[:rows]
+        texts += sp.decode(ids)
+    return texts
+
+
+def new_language_corpus(cfg: ExtendConfig, old: Manifest):
+    """The corpus restricted to what extension may use: ``max_pairs`` training lines of the
+    ``pairs`` directions, and every dev/test direction that involves the new language."""
+    from data_tools.sources import read_multiway
+    pairs = [Direction.parse(p) for p in cfg.pairs]
+    langs = [*old.languages, cfg.lang]
+    full = read_multiway(cfg.corpus, ",".join(f"{a}-{b}" for a in langs for b in langs if a != b), langs=langs)
+    evaluation = [Direction(a, b) for a in langs for b in langs if a != b and cfg.lang in (a, b)]
+    splits = []
+    for split in full.splits:
+        if split.name == "train":
+            reader = split.read_chunks
+
+            def first_lines(size, reader=reader, limit=cfg.max_pairs):
+                for first, chunk in reader(size):     # line numbers count from 1
+                    if first > limit:
+                        return
+                    yield first, {x: t[:limit - first + 1] for x, t in chunk.items()}
+            split = dataclasses.replace(split, directions=pairs, read_chunks=first_lines,
+                                        n_lines=min(split.n_lines or cfg.max_pairs, cfg.max_pairs))
+        else:
+            split = dataclasses.replace(split, directions=evaluation)
+        splits.append(split)
+    zero = [d for d in evaluation if d not in pairs]
+    return dataclasses.replace(full, languages=langs, central=old.central_language, condition="extension",
+                               supervised=pairs, zero_shot=zero, splits=splits)
+
+
+def check_inputs(cfg: ExtendConfig) -> None:
+    """Everything that can be wrong with the arguments, before any work (on every rank)."""
+    old = Manifest.load(cfg.data)
+    if cfg.lang in old.languages:
+        raise ValueError(f"{cfg.data} already has {cfg.lang!r} ({', '.join(old.languages)})")
+    pairs = [Direction.parse(p) for p in cfg.pairs]
+    bad = [str(p) for p in pairs if cfg.lang not in (p.src, p.tgt) or {p.src, p.tgt} - {cfg.lang, *old.languages}]
+    if bad or not pairs:
+        raise ValueError(f"--pairs {', '.join(bad)}: each must join {cfg.lang} with one of "
+                         f"{', '.join(old.languages)}")
+    if load_export(cfg.model)[1].languages != old.languages:
+        raise ValueError(f"{cfg.model} was not trained on {cfg.data} (other languages)")
+
+
+def build_data(cfg: ExtendConfig) -> Path:
+    """``out/data``: old shards + the new language's, one manifest, the extended vocabulary."""
+    from data_tools.build import BuildConfig, atomic_dir, build_shards, link_shards
+    from data_tools.spm_extend import extend_sentencepiece
+    out, data = Path(cfg.out), Path(cfg.data)
+    final = out / "data"
+    if (final / "manifest.json").exists():
+        return final
+    old = Manifest.load(data)
+    corpus = new_language_corpus(cfg, old)
+    train = next(s for s in corpus.splits if s.name == "train")
+    new_texts = [t for _, chunk in train.read_chunks(8192) for t in chunk[cfg.lang]]
+    out.mkdir(parents=True, exist_ok=True)
+    result = extend_sentencepiece(data / old.tokenizer.file, cfg.lang, new_texts, out / "spm.model",
+                                  old_language_sample(data, old, cfg.keep_rows), cfg.vocab_size, cfg.seed)
+    (out / "spm_extension.json").write_text(json.dumps(dataclasses.asdict(result), indent=1, ensure_ascii=False))
+    new_dir = out / "new-shards"
+    if not (new_dir / "manifest.json").exists():
+        build_shards(corpus, BuildConfig(out_dir=str(new_dir), overwrite=True, spm_model=str(out / "spm.model"),
+                                         block_rows=old.block_rows, max_tokens=old.max_tokens))
+    new = Manifest.load(new_dir)
+    merged = Manifest.from_json(old.to_json())
+    merged.languages = corpus.languages
+    merged.supervised = old.supervised + [str(d) for d in corpus.supervised]
+    merged.zero_shot = old.zero_shot + [str(d) for d in corpus.zero_shot]
+    merged.tokenizer = new.tokenizer
+    for name, split in new.splits.items():
+        into = merged.splits.setdefault(name, dataclasses.replace(split, shards=[], filtered={}))
+        into.shards = sorted(into.shards + split.shards, key=lambda s: s.file)
+        into.filtered.update(split.filtered)
+    merged.source = {"extension": {"lang": cfg.lang, "pairs": cfg.pairs, "max_pairs": cfg.max_pairs,
+                                   "corpus": cfg.corpus, "from": str(data)}, **old.source}
+    with atomic_dir(final) as tmp:
+        link_shards(merged, [(data, [s for x in old.splits.values() for s in x.shards]),
+                             (new_dir, [s for x in new.splits.values() for s in x.shards])],
+                    tmp, out / "spm.model")
+    return final
+
+
+# -- 3: the model ----------------------------------------------------------------------------------
+
+def grow_model(model: CLLTransformer, lang: str, vocab_size: int, noise: float, seed: int) -> CLLTransformer:
+    """A copy of ``model`` with ``vocab_size`` embedding rows and an LSL for ``lang``."""
+    old_cfg = model.cfg
+    cfg = ModelConfig.from_json({**old_cfg.to_json(), "vocab_size": vocab_size,
+                                 "languages": [*old_cfg.languages, lang]})
+    grown = CLLTransformer(cfg)
+    state = model.state_dict()
+    new_state = grown.state_dict()
+    gen = torch.Generator().manual_seed(seed)
+    emb = state["embed.weight"]                                  # (V_old, D)
+    rows = torch.cat([emb[:cfg.pad_id], emb[cfg.pad_id + 1:]])   # the pad row is zero by design
+    fresh = rows.mean(0) + noise * rows.std() * torch.randn(vocab_size - emb.shape[0], emb.shape[1], generator=gen)
+    new_state["embed.weight"] = torch.cat([emb, fresh.to(emb.dtype)])
+    new_slot = len(old_cfg.lsl_languages)
+    for name in new_state:
+        if name == "embed.weight":
+            continue
+        if name in state:
+            new_state[name] = state[name]
+        elif name.rsplit(".", 2)[-2] in LSL_PARAMS and int(name.rsplit(".", 1)[1]) == new_slot:
+            prefix = name.rsplit(".", 1)[0]           # e.g. decoder.1.ffn.w1 — average of every slot
+            new_state[name] = torch.stack([state[f"{prefix}.{i}"] for i in range(new_slot)]).mean(0)
+        else:
+            raise RuntimeError(f"parameter {name} of the grown model has no source")
+    grown.load_state_dict(new_state, strict=True)
+    return grown.eval()
+
+
+def old_cll_patterns(cfg: ModelConfig, new_lang: str) -> list[str]:
+    """Parameter globs of the existing languages' LSLs and t (frozen: paper §4.4)."""
+    slots = [i for i, x in enumerate(cfg.lsl_languages) if x != new_lang]
+    return [f"decoder.*.ffn.{p}.{i}" for i in slots for p in LSL_PARAMS] if cfg.cll_layers else []
+
+
+def build_init_export(cfg: ExtendConfig, data: Path) -> Path:
+    out = Path(cfg.out) / "init-export"
+    if (out / "export.json").exists():
+        return out
+    model, _ = load_export(cfg.model)
+    manifest = Manifest.load(data)
+    grown = grow_model(model, cfg.lang, manifest.tokenizer.vocab_size, cfg.noise, cfg.seed)
+    info = json.loads((Path(cfg.model) / "export.json").read_text())
+    write_export(out, grown.state_dict(), grown.cfg, data,
+                 {"extended_from": cfg.model, "lang": cfg.lang, "pretrain": pretrain_schedule(info)})
+    return out
+
+
+def pretrain_schedule(info: dict) -> dict:
+    """Peak LR, warm-up and steps of the pre-training run behind an export (its run directory
+    keeps the resolved config): extension continues that schedule."""
+    if "pretrain" in info:
+        return info["pretrain"]
+    config = Path(info.get("run_dir", "")) / "config.json"
+    if not config.is_file():
+        return {}
+    train = json.loads(config.read_text())["train"]
+    return {"lr": train["lr"], "warmup_steps": train["warmup_steps"], "step": info.get("step", 0)}
+
+
+# -- 4 + 5: fine-tune and evaluate ---------------------------------------------------------------
+
+def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
+    from cll_scale import engine as ds
+    from cll_scale.train import Trainer
+    sched = json.loads((init / "export.json").read_text())["pretrain"]
+    if cfg.lr:
+        sched = {"lr": cfg.lr, "warmup_steps": 0, "step": 0}
+    elif not sched:
+        raise ValueError(f"{cfg.model}: its pre-training schedule is unknown (no run config.json); pass --lr")
+    frozen = old_cll_patterns(ModelConfig.from_json(json.loads((init / "model_config.json").read_text())),
+                              cfg.lang) + cfg.freeze
+    run = Path(cfg.out) / "run"
+    recipe = {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed},
+              "train": {"data": str(data), "run_dir": str(run), "init_from": str(init), "freeze": frozen,
+                        "lr": sched["lr"], "warmup_steps": sched["warmup_steps"],
+                        "schedule_offset": sched["step"], "max_steps": cfg.max_steps,
+                        "ds_config": cfg.ds_config, "seed": cfg.seed, "valid_every": 500, "ckpt_every": 250,
+                        "keep_last": 2, "log_every": 25}}
+    Trainer(recipe, resume=ds.latest_tag(run / "checkpoints") is not None).train()
+    best = run / "export-best"
+    return best if (best / "export.json").exists() else run / "export"
+
+
+def evaluate(cfg: ExtendConfig, data: Path, tuned: Path) -> dict[str, str]:
+    from cll_scale.decoding import DecodeConfig
+    from cll_scale.evaluate import compare, pairs_from_shards, write_report
+    from cll_scale.translate import TranslateConfig, Translator
+    manifest = Manifest.load(data)
+    splits = cfg.eval_splits or [n for n, s in manifest.splits.items() if s.role == "test"]
+    tc = TranslateConfig(DecodeConfig(beam=cfg.eval_beam))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    models = {"original": Translator(cfg.model, device, tc), f"+{cfg.lang}": Translator(tuned, device, tc)}
+    tables = {}
+    for split in splits:
+        report = compare(models, pairs_from_shards(data, split), f"{cfg.corpus}:{split}", cfg.eval_beam,
+                         max_sentences=cfg.eval_max_sentences, log=lambda s: print(s, file=sys.stderr))
+        tables[split] = write_report(report, Path(cfg.out) / "eval" / split)
+    return tables
+
+
+def run(cfg: ExtendConfig) -> dict[str, str]:
+    from cll_scale import engine as ds
+    from cll_scale.train import set_threads
+    set_threads()
+    rank = ds.init_distributed()[0]
+    data, init = Path(cfg.out) / "data", Path(cfg.out) / "init-export"
+    if rank == 0:           # preparation once; the other ranks wait for it
+        data = build_data(cfg)
+        init = build_init_export(cfg, data)
+    ds.barrier()
+    tuned = fine_tune(cfg, data, init)
+    return evaluate(cfg, data, tuned) if rank == 0 else {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cll-extend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="export of the pre-trained model")
+    p.add_argument("--data", required=True, help="the shard directory it was trained on")
+    p.add_argument("--lang", required=True, help="code of the new language")
+    p.add_argument("--corpus", required=True, help="multi-way directory with the new language (and dev/test sets)")
+    p.add_argument("--pairs", required=True, help="supervised directions, e.g. en-cs,cs-en")
+    p.add_argument("--out", required=True, help="run directory (re-run the command to resume)")
+    p.add_argument("--max-pairs", type=int, default=5000)
+    p.add_argument("--vocab-size", type=int, default=2000, help="pieces learned on the new language")
+    p.add_argument("--freeze", default="", help="extra parameter globs to freeze, e.g. 'encoder.*,embed.weight'")
+    p.add_argument("--max-steps", type=int, default=2000)
+    p.add_argument("--lr", type=float, default=0.0, help="constant peak LR instead of continuing pre-training's")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--ds-config", default="auto")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--eval-splits", default="")
+    p.add_argument("--eval-max-sentences", type=int, default=0)
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    split = lambda s: [x.strip() for x in s.split(",") if x.strip()]   # noqa: E731
+    cfg = ExtendConfig(model=args.model, data=args.data, lang=args.lang, corpus=args.corpus,
+                       pairs=split(args.pairs), out=args.out, max_pairs=args.max_pairs,
+                       vocab_size=args.vocab_size, freeze=split(args.freeze), max_steps=args.max_steps,
+                       lr=args.lr, max_tokens=args.max_tokens, ds_config=args.ds_config, seed=args.seed,
+                       eval_splits=split(args.eval_splits), eval_max_sentences=args.eval_max_sentences)
+    try:
+        check_inputs(cfg)
+        tables = run(cfg)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        print(f"cll-extend: error: {err}", file=sys.stderr)
+        return 2
+    if not tables:      # ranks other than 0
+        return 0
+    command = "cll-extend " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    print(f"Command: `{command}`\n")
+    for name, table in tables.items():
+        print(f"## {name}\n\n{table}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""cll-extend on real Multi30k text: a `tiny` FCLL model pre-trained on en/de/fr learns cs.
+Old ids and old-language tokenisation are kept, the grown model scores the old vocabulary as the
+original did, frozen parameters stay bit-identical, and the CLI reports before/after."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+import torch
+from safetensors.torch import load_file
+
+from cll_scale.export import load_export
+from cll_scale.extend import grow_model, old_cll_patterns
+from cll_scale.manifest import Manifest
+from cll_scale.stream import eval_batches
+from tests.conftest import ROOT
+
+ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+
+
+@pytest.fixture(scope="module")
+def pretrained(multi30k, tmp_path_factory):
+    """en/de/fr centered shards (first 300 lines) and a tiny FCLL model trained on them."""
+    from data_tools.build import BuildConfig, build_shards
+    from data_tools.sources import read_multiway
+    tmp = tmp_path_factory.mktemp("extend")
+    corpus = tmp / "corpus"
+    corpus.mkdir()
+    for f in multi30k.iterdir():
+        if f.name.startswith(("train.", "val.", "test_2016_flickr.")):
+            lines = f.read_text(encoding="utf-8").splitlines()[:300]
+            (corpus / f.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    shards = tmp / "shards"
+    build_shards(read_multiway(corpus, "centered", langs=["en", "de", "fr"]),
+                 BuildConfig(out_dir=str(shards), vocab_size=1000, block_rows=64))
+    run = tmp / "pretrain"
+    subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
+                    "--run-dir", str(run), "--max-steps", "12", "--ds-config", "cpu_fp32.json",
+                    "--set", "data.max_tokens=1024", "--set", "train.lr=3e-3", "--set", "train.warmup_steps=5"],
+                   cwd=ROOT, env=ENV, check=True, capture_output=True)
+    return corpus, shards, run / "export"
+
+
+def cll_extend(corpus, shards, export, out, *extra):
+    return subprocess.run([sys.executable, "-m", "cll_scale.extend", "--model", str(export), "--data", str(shards),
+                           "--lang", "cs", "--corpus", str(corpus), "--pairs", "en-cs,cs-en", "--max-pairs", "200",
+                           "--vocab-size", "600", "--out", str(out), "--max-steps", "8", "--ds-config", "cpu_fp32.json",
+                           "--max-tokens", "1024", "--eval-splits", "test_2016_flickr", "--eval-max-sentences", "10",
+                           *extra], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+
+
+def test_grown_model_scores_old_vocabulary_as_before(pretrained):
+    _, shards, export = pretrained
+    model, manifest = load_export(export)
+    grown = grow_model(model, "cs", manifest.tokenizer.vocab_size + 50, noise=0.01, seed=1)
+    assert grown.cfg.languages == ["en", "de", "fr", "cs"]
+    t = grown.t_weights()
+    assert t["cs"] == pytest.approx([(a + b) / 2 for a, b in zip(t["de"], t["fr"])])
+    for direction in ("en-de", "de-en", "en-fr"):
+        b = next(eval_batches(shards, "valid", direction, 1024))
+        with torch.no_grad():
+            old = model(b.src_tokens, model.shift_right(b.tgt_tokens), b.tgt_lang)
+            new = grown(b.src_tokens, grown.shift_right(b.tgt_tokens), b.tgt_lang)
+        v = old.shape[-1]
+        torch.testing.assert_close(new[..., :v], old, rtol=0, atol=1e-5)
+    assert old_cll_patterns(grown.cfg, "cs") == [f"decoder.*.ffn.{p}.{i}" for i in (0, 1)
+                                                 for p in ("w1", "b1", "w2", "b2", "t")]
+
+
+@pytest.mark.slow
+def test_cll_extend_end_to_end(pretrained, tmp_path):
+    corpus, shards, export = pretrained
+    out = tmp_path / "ext"
+    res = cll_extend(corpus, shards, export, out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    old, merged = Manifest.load(shards), Manifest.load(out / "data")
+    merged.verify(out / "data", full=True)
+    assert merged.languages == ["en", "de", "fr", "cs"] and merged.central_language == "en"
+    assert {"en-cs", "cs-en"} <= set(merged.supervised) and {"de-cs", "cs-fr"} <= set(merged.zero_shot)
+    assert merged.splits["train"].rows("en-cs") == 200
+    # Old ids are unchanged and old-language text tokenises as before.
+    a = spm.SentencePieceProcessor(model_file=str(shards / "spm.model"))
+    b = spm.SentencePieceProcessor(model_file=str(out / "data" / "spm.model"))
+    assert b.get_piece_size() > a.get_piece_size()
+    assert all(a.id_to_piece(i) == b.id_to_piece(i) for i in range(a.get_piece_size()))
+    for lang in ("en", "de", "fr"):
+        lines = (corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines()
+        assert a.encode(lines) == b.encode(lines), lang
+    cs = (corpus / "val.cs").read_text(encoding="utf-8").splitlines()
+    assert sum(map(len, b.encode(cs))) < sum(map(len, a.encode(cs)))
+    # Right after extension the old directions score the old vocabulary exactly as before (the
+    # grown export, read back from disk, not just the in-memory model).
+    original, _ = load_export(export)
+    grown, _ = load_export(out / "init-export")
+    batch = next(eval_batches(shards, "valid", "en-de", 1024))
+    with torch.no_grad():
+        want = original(batch.src_tokens, original.shift_right(batch.tgt_tokens), batch.tgt_lang)
+        got = grown(batch.src_tokens, grown.shift_right(batch.tgt_tokens), batch.tgt_lang)
+    torch.testing.assert_close(got[..., :want.shape[-1]], want, rtol=0, atol=1e-5)
+    # Frozen parameters (the old languages' LSLs and t) are bit-identical after fine-tuning.
+    w0 = load_file(str(out / "init-export" / "model.safetensors"))
+    tuned_dir = out / "run" / "export-best" if (out / "run" / "export-best").exists() else out / "run" / "export"
+    w1 = load_file(str(tuned_dir / "model.safetensors"))
+    frozen = [k for k in w0 if k.startswith("decoder.") and k.rsplit(".", 1)[1] in ("0", "1")
+              and k.rsplit(".", 2)[1] in ("w1", "b1", "w2", "b2", "t")]
+    assert frozen and all(torch.equal(w0[k], w1[k]) for k in frozen)
+    assert not torch.equal(w0["decoder.0.ffn.w1.2"], w1["decoder.0.ffn.w1.2"])    # cs's LSL learned
+    assert not torch.equal(w0["embed.weight"], w1["embed.weight"])
+    info = json.loads((out / "init-export" / "export.json").read_text())
+    assert info["pretrain"]["step"] == 12
+    table = (out / "eval" / "test_2016_flickr" / "results.md").read_text()
+    assert "| original |" in table and "| +cs | en-cs |" in table and "| +cs | de-cs | zero-shot |" in table
+
+    # Re-running resumes (nothing rebuilt); bad arguments are clear errors.
+    mtime = (out / "data" / "manifest.json").stat().st_mtime_ns
+    res = cll_extend(corpus, shards, export, out)
+    assert res.returncode == 0 and (out / "data" / "manifest.json").stat().st_mtime_ns == mtime
+    res = cll_extend(corpus, shards, export, tmp_path / "x", "--lang", "de")
+    assert res.returncode == 2 and "already has 'de'" in res.stderr
+    res = cll_extend(corpus, shards, export, tmp_path / "y", "--pairs", "de-fr")
+    assert res.returncode == 2 and "de-fr" in res.stderr
