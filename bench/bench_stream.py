@@ -15,7 +15,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

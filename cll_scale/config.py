@@ -156,6 +156,7 @@ class TrainConfig:
             raise ValueError("grad_accum must be >= 1")
         if min(self.max_steps, self.max_minutes, self.max_epochs) < 0:
             raise ValueError("max_steps, max_epochs and max_minutes must be >= 0")
+        self.best_metric = self.best_metric or ""      # `--set train.best_metric=` reads as None
         if self.best_metric not in ("", "valid_nll", "valid_bleu"):
             raise ValueError(f"best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
         if self.keep_last < 1:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import evaluate_model, markdown, pairs_from_shards
+from cll_scale.evaluate import compare, markdown, pairs_from_shards
 from cll_scale.translate import TranslateConfig, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sentences", type=int, default=0, help="evaluate only the first N per direction")
     p.add_argument("--set", action="append", default=[], help="recipe override for every model")
     p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
+    p.add_argument("--ablate-lsl", action="store_true",
+                   help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
     return p
 
 
@@ -176,16 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         runs[variant] = run_dir
     reports = {}
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    translators = {name: Translator(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
+                   for name, run_dir in runs.items()}
     for split in args.splits.split(","):
-        pairs = pairs_from_shards(shards, split)
-        report = {"test_set": f"Multi30k {split}", "beam": args.beam, "models": {}}
-        for name, run_dir in runs.items():
-            tr = Translator(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
-            print(f"[cll-repro] evaluating {name} on {split}", file=sys.stderr)
-            report["models"][name] = evaluate_model(tr, pairs, max_sentences=args.max_sentences,
-                                                    log=lambda s: print(s, file=sys.stderr))
-        report["bleu_signature"] = next(iter(report["models"].values()))["bleu_signature"]
-        reports[split] = report
+        print(f"[cll-repro] evaluating on {split}", file=sys.stderr)
+        reports[split] = compare(translators, pairs_from_shards(shards, split), f"Multi30k {split}", args.beam,
+                                 max_sentences=args.max_sentences, ablate_lsl=args.ablate_lsl,
+                                 log=lambda s: print(s, file=sys.stderr))
     path = write_report(args.condition, runs, reports, budget, command, Path(args.out))
     print(path.read_text())
     return 0

@@ -2,7 +2,6 @@
 import os
 import shutil
 import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -87,3 +86,42 @@ def test_real_browser_translates_and_stays_local(server, tmp_path):
     assert (tmp_path / "demo.png").stat().st_size > 10_000
     hosts = {r.split("/")[2] for r in requests if r.startswith("http")}
     assert hosts == {server[0].split("/")[2]}, hosts              # nothing outside 127.0.0.1
+
+
+def test_hostile_text_through_the_demo(server):
+    """Reliability item 7 for the demo: every input gets an answer or a message."""
+    from gradio_client import Client
+    from tests.test_reliability import HOSTILE
+    client = Client(server[0], verbose=False)
+    for text in HOSTILE:
+        out = client.predict(text, "de", "fr", False, api_name="/translate")
+        assert len(out) == 4 and all(isinstance(x, str) for x in out), repr(text)
+        if len(text) > 300:
+            assert out[0] == "" and "Input too long" in out[1]
+        elif not text.strip():
+            assert out[0] == "" and out[2] == ""
+
+
+def test_listens_on_loopback_only_by_default(server):
+    """Reliability item 8: the socket itself is bound to 127.0.0.1, not just the printed URL."""
+    import psutil
+    from demo.app import build_parser
+    port = int(server[0].rstrip("/").rsplit(":", 1)[1])
+    listening = [c.laddr for c in psutil.Process().net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening
+    assert build_parser().parse_args(["--model", "m=x"]).host == "127.0.0.1"
+
+
+def test_tampered_model_is_refused_and_nothing_is_pickled(tiny_export, tmp_path, capsys):
+    from demo.app import main
+    assert sorted(p.name for p in tiny_export.iterdir()) == [
+        "export.json", "manifest.json", "model.safetensors", "model_config.json", "spm.model"]
+    bad = tmp_path / "export"
+    shutil.copytree(tiny_export, bad)
+    weights = bytearray((bad / "model.safetensors").read_bytes())
+    weights[-7] ^= 0x01
+    (bad / "model.safetensors").write_bytes(bytes(weights))
+    assert main(["--model", f"fcll={bad}", "--port", str(free_port())]) == 2
+    err = capsys.readouterr().err
+    assert "model.safetensors" in err and "refusing to load" in err

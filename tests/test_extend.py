@@ -75,7 +75,7 @@ def test_cll_extend_end_to_end(pretrained, tmp_path):
     out = tmp_path / "ext"
     res = cll_extend(corpus, shards, export, out)
     assert res.returncode == 0, res.stderr[-3000:]
-    old, merged = Manifest.load(shards), Manifest.load(out / "data")
+    merged = Manifest.load(out / "data")
     merged.verify(out / "data", full=True)
     assert merged.languages == ["en", "de", "fr", "cs"] and merged.central_language == "en"
     assert {"en-cs", "cs-en"} <= set(merged.supervised) and {"de-cs", "cs-fr"} <= set(merged.zero_shot)

@@ -102,6 +102,19 @@ print(nll / tokens, manifest.languages)
     from cll_scale.export import ExportError, load_export
     with pytest.raises(ExportError, match="model.safetensors differ"):
         load_export(full / "export")
+    # Checkpoints know their data: other shards are refused unless asked for (train.new_data),
+    # which carries weights, optimizer and schedule on and starts the stream afresh.
+    import shutil
+    other = tmp_path / "other"
+    shutil.copytree(m30k_centered, other, copy_function=os.link)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"] = [s for s in manifest["splits"]["train"]["shards"]
+                                             if s["direction"] != "en-cs"]
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    res = cll_train(*common(other, full, 42), "--resume", check=False)
+    assert res.returncode == 2 and "not the ones" in res.stderr and "train.new_data=true" in res.stderr
+    res = cll_train(*common(other, full, 42, "--set", "train.new_data=true"), "--resume")
+    assert "on new data" in res.stderr and max(losses(full)) == 42
 
 
 def probe(launch, shards, run_dir, report, steps, *extra, env=None):

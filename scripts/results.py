@@ -1,0 +1,131 @@
+"""Every experiment behind ``docs/results/``, in order, resumable: re-run the same command after
+an interruption and each stage continues where it stopped (finished models are skipped).
+
+    .venv/bin/python scripts/results.py                          # all stages
+    .venv/bin/python scripts/results.py --stages triangle,centered
+    .venv/bin/python scripts/results.py --root /big/disk/cll     # where shards and runs go
+
+Stages (the budgets are the CPU ones we could afford; on a GPU raise them with the flags):
+
+* ``triangle`` / ``centered`` — ``cll-repro``: Baseline and FCLL on Multi30k (paper §4.1), the
+  same number of steps, seed and data order; writes ``docs/results/<condition>.md``.
+* ``backtranslation`` — ``cll-bt`` on the centered Baseline and FCLL models (paper §4.3), then one
+  ``cll-eval`` table of the four models: ``docs/results/backtranslation.md``.
+* ``extension`` — Baseline, SD and FCLL pre-trained on en/de/fr (centered), each extended with cs
+  from ``--ext-pairs`` en↔cs pairs by ``cll-extend`` (paper §4.4): ``docs/results/extension.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cll_scale.repro import chosen_export, hardware, train  # noqa: E402
+
+PY = sys.executable
+
+
+def sh(cmd: list[str]) -> None:
+    print("+ " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def repro(args, condition: str) -> None:
+    sh([PY, "-m", "cll_scale.repro", "--condition", condition, "--variants", args.variants,
+        "--steps-per-model", str(args.steps), "--multi30k", args.multi30k, "--shards-root", str(args.root / "shards"),
+        "--runs-root", str(args.root / "runs"), "--out", str(ROOT / "docs" / "results"), "--ablate-lsl"])
+
+
+def eval_table(models: dict[str, Path], data: Path, split: str, out: Path) -> str:
+    sh([PY, "-m", "cll_scale.evaluate", *[f"--model={k}={v}" for k, v in models.items()], "--data", str(data),
+        "--split", split, "--out", str(out)])
+    return (out / "results.md").read_text(encoding="utf-8")
+
+
+def backtranslation(args) -> None:
+    shards = args.root / "shards" / "multi30k-centered"
+    models = {}
+    for variant in ("baseline", "fcll"):
+        start = chosen_export(args.root / "runs" / f"multi30k-centered-{variant}")
+        if not (start / "export.json").exists():
+            sys.exit(f"backtranslation: run the 'centered' stage first ({start} missing)")
+        out = args.root / "bt" / variant
+        sh([PY, "-m", "cll_scale.backtranslate", "--model", str(start), "--data", str(shards), "--out", str(out),
+            "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
+            "--eval-splits", args.split])
+        models[variant] = start
+        models[f"{variant} + BT"] = out / "run" / "export"
+    table = eval_table(models, shards, args.split, args.root / "bt" / "eval")
+    write(ROOT / "docs" / "results" / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
+          [f"Starting points: the centered Baseline and FCLL models of `centered.md`. Each fine-tuned "
+           f"{args.bt_epochs} back-translation epoch(s) (paper: 4): every epoch translates {args.bt_rows:,} "
+           "target sentences per training direction into a random other language of de/fr/cs (greedy), "
+           "then trains one epoch on real + pseudo pairs; fresh optimizer, 500 warm-up steps, peak LR 3e-4.",
+           table])
+
+
+def extension(args) -> None:
+    shards = args.root / "shards" / "multi30k-en-de-fr"
+    if not (shards / "manifest.json").exists():
+        sh([PY, "-m", "data_tools", "build", "--input", args.multi30k, "--condition", "centered",
+            "--langs", "en,de,fr", "--out", str(shards)])
+    budget = {"steps": args.ext_pretrain_steps, "minutes": 0.0}
+    models = {}
+    for variant in ("baseline", "sd", "fcll"):
+        run = args.root / "runs" / f"multi30k-en-de-fr-{variant}"
+        train(ROOT / "recipes" / f"multi30k_centered_{variant}.yaml", run, shards, budget, [])
+        out = args.root / "extend" / variant
+        sh([PY, "-m", "cll_scale.extend", "--model", str(chosen_export(run)), "--data", str(shards), "--lang", "cs",
+            "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
+            "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
+        models[variant] = chosen_export(run)
+        models[f"{variant} + cs"] = chosen_export(out / "run")
+    data = args.root / "extend" / "fcll" / "data"     # the same corpus and vocabulary rules for each
+    table = eval_table(models, data, args.split, args.root / "extend" / "eval")
+    write(ROOT / "docs" / "results" / "extension.md", "New-language extension (paper §4.4) on Multi30k",
+          [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
+           f"Extension: cs from the first {args.ext_pairs:,} en↔cs training pairs (en-cs and cs-en supervised; "
+           f"de/fr↔cs zero-shot), {args.ext_steps:,} fine-tuning steps on new + old data, the old languages' "
+           "LSLs and t frozen, continuing pre-training's learning-rate schedule. The original models appear "
+           "for the old directions only.",
+           table])
+
+
+def write(path: Path, title: str, parts: list[str]) -> None:
+    command = "python scripts/results.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    text = [f"# {title}", "", f"Command: `{command}`", "", f"Hardware: {hardware()}.", "", *parts]
+    path.write_text("\n\n".join(text) + "\n", encoding="utf-8")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stages", default="triangle,centered,backtranslation,extension")
+    p.add_argument("--root", type=Path, default=ROOT / "runs" / "results")
+    p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--variants", default="baseline,fcll", help="for the triangle and centered stages")
+    p.add_argument("--steps", type=int, default=4200, help="training steps per model (triangle, centered)")
+    p.add_argument("--split", default="test_2016_flickr", help="test set of the BT and extension tables")
+    p.add_argument("--bt-epochs", type=int, default=2)
+    p.add_argument("--bt-rows", type=int, default=3000)
+    p.add_argument("--ext-pretrain-steps", type=int, default=3000)
+    p.add_argument("--ext-pairs", type=int, default=5000)
+    p.add_argument("--ext-steps", type=int, default=1000)
+    args = p.parse_args(argv)
+    stages = {"triangle": lambda: repro(args, "triangle"), "centered": lambda: repro(args, "centered"),
+              "backtranslation": lambda: backtranslation(args), "extension": lambda: extension(args)}
+    for name in args.stages.split(","):
+        if name not in stages:
+            p.error(f"unknown stage {name!r}; stages: {', '.join(stages)}")
+        print(f"== {name}", file=sys.stderr, flush=True)
+        stages[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
