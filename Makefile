@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MULTI30K ?= $(firstword $(wildcard ../shared/data/multi30k) data/raw/multi30k)
 
-.PHONY: env quickstart test test-fast demo bench-stream bench-model clean
+.PHONY: env quickstart test test-fast demo bench-stream bench-model bench-decode clean
 
 env:
 	@bash scripts/setup_env.sh dev,demo
@@ -25,6 +25,9 @@ bench-stream: env
 
 bench-model: env
 	$(PY) bench/bench_model.py
+
+bench-decode: env
+	$(PY) bench/bench_decode.py
 
 clean:
 	rm -rf data/shards runs bench/out

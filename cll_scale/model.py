@@ -53,7 +53,11 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
 
 class Attention(nn.Module):
     """Multi-head attention on ``F.scaled_dot_product_attention``, with an optional cache for
-    incremental decoding (self-attention appends keys; cross-attention computes them once)."""
+    incremental decoding (self-attention appends keys; cross-attention computes them once).
+
+    Cross-attention memory may hold fewer rows than the queries: then the queries are G = B / B_m
+    consecutive rows per memory row (the beams of one sentence), which attend to it together, so
+    beam search keeps one copy of each sentence's encoder keys instead of one per beam."""
 
     def __init__(self, d: int, heads: int, dropout: float, cross: bool):
         super().__init__()
@@ -80,9 +84,14 @@ class Attention(nn.Module):
                 cache["k"], cache["v"] = k, v
         # With a cache the new query is the last position: it may see every cached key.
         causal = causal and cache is None
+        b, h, t, dh = q.shape
+        g = b // k.shape[0]
+        if g > 1:       # (B_m*G, H, T, dh) -> (B_m, H, G*T, dh): a sentence's beams as more queries
+            q = q.view(k.shape[0], g, h, t, dh).transpose(1, 2).reshape(k.shape[0], h, g * t, dh)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
                                            dropout_p=self.dropout if self.training else 0.0)
-        b, h, t, dh = y.shape
+        if g > 1:
+            y = y.view(k.shape[0], h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)
         return self.out(y.transpose(1, 2).reshape(b, t, h * dh))
 
 

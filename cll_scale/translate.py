@@ -25,39 +25,64 @@ log = logging.getLogger("cll_scale.translate")
 
 
 class ModelStepper:
-    """The model as a :class:`~cll_scale.decoding.Stepper`: keeps the encoder output, the
-    per-row target language and (with ``use_cache``) each layer's keys and values."""
+    """The model as a :class:`~cll_scale.decoding.Stepper`.
+
+    Per-row state (one row per live beam): the decoder's self-attention cache or prefix. Per
+    sentence: the encoder output, its mask, the cross-attention keys and the target language.
+    ``row_sent`` maps rows to sentences; while rows stay grouped sentence by sentence (as beam
+    search keeps them) the beams share their sentence's encoder state, which is then only
+    narrowed when sentences finish, instead of copied for every beam at every step."""
 
     def __init__(self, model: CLLTransformer, src_tokens: torch.Tensor, tgt_lang: torch.Tensor,
                  use_lsl: bool = True, use_cache: bool = True):
         self.model, self.use_lsl = model, use_lsl
-        self.enc_out, self.enc_mask = model.encode(src_tokens)
-        self.tgt_lang = tgt_lang
+        self.enc_out, self.enc_mask = model.encode(src_tokens)      # (B_s, S, D), (B_s, 1, 1, S)
+        self.sent_lang = tgt_lang                                    # (B_s,)
+        self.row_sent = torch.arange(len(tgt_lang), device=tgt_lang.device)
         self.cache = model.new_cache() if use_cache else None
         self.prefix: torch.Tensor | None = None
+        self._set_rows()
 
     def step(self, prev_tokens: torch.Tensor, t: int) -> torch.Tensor:
         if self.cache is not None:
             logits = self.model.decode(prev_tokens, self.enc_out, self.enc_mask, self.tgt_lang,
-                                       cache=self.cache, offset=t, use_lsl=self.use_lsl)
+                                       cache=self.cache, offset=t, use_lsl=self.use_lsl, groups=self.groups)
         else:   # recompute the whole prefix: the reference that cached decoding must equal
             self.prefix = prev_tokens if self.prefix is None else torch.cat([self.prefix, prev_tokens], 1)
             logits = self.model.decode(self.prefix, self.enc_out, self.enc_mask, self.tgt_lang,
-                                       use_lsl=self.use_lsl)
+                                       use_lsl=self.use_lsl, groups=self.groups)
         return F.log_softmax(logits[:, -1].float(), dim=-1)
 
     def reorder(self, index: torch.Tensor) -> None:
-        self.enc_mask = self.enc_mask.index_select(0, index)
-        self.tgt_lang = self.tgt_lang.index_select(0, index)
-        cross_cached = self.cache is not None and "k" in self.cache[0]["cross"]
-        if not cross_cached:    # once cross-attention keys are cached the encoder output is unused
-            self.enc_out = self.enc_out.index_select(0, index)
+        self.row_sent = self.row_sent.index_select(0, index)
+        sents = torch.unique_consecutive(self.row_sent)
+        g = len(index) // len(sents)
+        if g * len(sents) == len(index) and torch.equal(self.row_sent, sents.repeat_interleave(g)):
+            first = torch.arange(len(sents), device=index.device)
+            if len(sents) != len(self.sent_lang) or not torch.equal(sents, first):
+                self._narrow(sents)                  # sentences finished (or were repeated)
+            self.row_sent = first.repeat_interleave(g)
+        else:                                        # any other order: encoder state per row
+            self._narrow(self.row_sent)
+            self.row_sent = torch.arange(len(index), device=index.device)
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)
         for layer in self.cache or []:
-            for part in layer.values():
-                for key in list(part):
-                    part[key] = part[key].index_select(0, index)
+            for key in list(layer["self"]):
+                layer["self"][key] = layer["self"][key].index_select(0, index)
+        self._set_rows()
+
+    def _narrow(self, sents: torch.Tensor) -> None:
+        self.enc_out = self.enc_out.index_select(0, sents)
+        self.enc_mask = self.enc_mask.index_select(0, sents)
+        self.sent_lang = self.sent_lang.index_select(0, sents)
+        for layer in self.cache or []:
+            for key in list(layer["cross"]):
+                layer["cross"][key] = layer["cross"][key].index_select(0, sents)
+
+    def _set_rows(self) -> None:
+        self.tgt_lang = self.sent_lang.index_select(0, self.row_sent)
+        self.groups = self.model.lang_groups(self.tgt_lang)     # once per reorder, not per layer call
 
 
 @dataclass

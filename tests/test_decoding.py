@@ -105,3 +105,24 @@ def test_mixed_target_batch_equals_one_by_one():
     same_src = src[:1].repeat(3, 1)                     # the target language changes the output
     outs = decode(model, same_src, torch.tensor([1, 2, 3]))
     assert len({tuple(o[0][0]) for o in outs}) > 1
+
+
+def test_stepper_follows_any_row_order():
+    """Beam search keeps rows grouped by sentence (encoder state shared by the beams); any other
+    order falls back to one copy per row. Both must give what fresh, per-row decoding gives."""
+    model = tiny_model()
+    src = torch.randint(4, 40, (3, 7), generator=torch.Generator().manual_seed(4))
+    langs = torch.tensor([1, 3, 2])
+    first = torch.tensor([[2], [2], [2], [2], [2], [2]])
+    second = torch.tensor([[5], [9], [7], [7], [11]])
+    with torch.no_grad():
+        s = ModelStepper(model, src, langs)
+        s.reorder(torch.arange(3).repeat_interleave(2))               # grouped: 2 beams a sentence
+        s.step(first, 0)
+        s.reorder(torch.tensor([5, 0, 3, 3, 1]))                      # crosses sentences
+        got = s.step(second, 1)
+        rows = torch.tensor([2, 0, 1, 1, 0])                          # the sentence of each row
+        ref = ModelStepper(model, src[rows], langs[rows], use_cache=False)
+        ref.step(first[:5], 0)
+        want = ref.step(second, 1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
