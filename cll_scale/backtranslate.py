@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.decoding import DecodeConfig
+from cll_scale.evaluate import print_tables
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.translate import TranslateConfig, Translator
@@ -268,11 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"cll-bt: error: {err}", file=sys.stderr)
         return 2
-    if tables:
-        command = "cll-bt " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-        print(f"Command: `{command}`\n")
-        for split, table in tables.items():
-            print(f"## {split}\n\n{table}")
+    if tables:       # rank 0
+        print_tables("cll-bt", argv, tables)
     return 0
 
 

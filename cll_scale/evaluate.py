@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -220,6 +221,14 @@ def write_report(report: dict, out: str | Path) -> str:
     plot_bleu_offtarget(report, out / "bleu_offtarget.png")
     plot_t_weights(report, out / "t_weights.png")
     return table
+
+
+def print_tables(prog: str, argv: list[str] | None, tables: dict[str, str]) -> None:
+    """The closing output of the CLIs that end in an evaluation: the command, then a table per split."""
+    command = f"{prog} " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    print(f"Command: `{command}`\n")
+    for split, table in tables.items():
+        print(f"## {split}\n\n{table}")
 
 
 def parse_models(specs: list[str]) -> dict[str, str]:

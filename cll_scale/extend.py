@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ import sentencepiece as spm
 import torch
 
 from cll_scale.config import ModelConfig
+from cll_scale.evaluate import print_tables
 from cll_scale.export import load_export, write_export
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
@@ -314,12 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"cll-extend: error: {err}", file=sys.stderr)
         return 2
-    if not tables:      # ranks other than 0
-        return 0
-    command = "cll-extend " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    print(f"Command: `{command}`\n")
-    for name, table in tables.items():
-        print(f"## {name}\n\n{table}")
+    if tables:       # rank 0
+        print_tables("cll-extend", argv, tables)
     return 0
 
 

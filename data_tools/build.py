@@ -6,6 +6,7 @@ place at the very end, so an interrupted or failed build never looks complete, a
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -161,24 +162,8 @@ def build_shards(corpus: Corpus, cfg: BuildConfig) -> Manifest:
     out = Path(cfg.out_dir).resolve()
     if out.exists() and not cfg.overwrite:
         raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(out)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        manifest = _build_into(corpus, cfg, tmp)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-        return manifest
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with atomic_dir(out, replace=True) as tmp:
+        return _build_into(corpus, cfg, tmp)
 
 
 def _build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path) -> Manifest:
@@ -249,24 +234,27 @@ def link_shards(manifest: Manifest, sources: list[tuple[Path, list[Shard]]], out
     manifest.save(out)
 
 
-def atomic_dir(out: Path):
-    """Context manager yielding a temporary sibling of ``out`` that is renamed to ``out`` when
-    the block succeeds and removed when it fails: a directory is either complete or absent."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def _ctx():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temps(out)
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
-            yield tmp
-            if out.exists():
-                raise FileExistsError(f"{out} appeared while it was being built")
+@contextlib.contextmanager
+def atomic_dir(out: Path, replace: bool = False):
+    """Yield a temporary sibling of ``out``, renamed to ``out`` when the block succeeds and
+    removed when it fails: a directory is either complete or absent. With ``replace`` an existing
+    ``out`` is swapped out only once the new one is complete."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(out)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if out.exists() and not replace:
+            raise FileExistsError(f"{out} appeared while it was being built")
+        if out.exists():
+            old = out.parent / f".{out.name}.old-{os.getpid()}"
+            os.replace(out, old)
             os.replace(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return _ctx()
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
