@@ -152,7 +152,6 @@ class Trainer:
                      f"({sum(t.numel() for t in frozen.values()):,} weights)")
         return frozen
 
-
     def _optimizer(self, model):
         return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.cfg.lr,
                                  betas=self.cfg.betas, eps=self.cfg.eps, weight_decay=self.cfg.weight_decay)
