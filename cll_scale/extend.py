@@ -119,7 +119,7 @@ def check_inputs(cfg: ExtendConfig) -> None:
     if bad or not pairs:
         raise ValueError(f"--pairs {', '.join(bad)}: each must join {cfg.lang} with one of "
                          f"{', '.join(old.languages)}")
-    if load_export(cfg.model)[1].languages != old.languages:
+    if Manifest.load(cfg.model).languages != old.languages:      # the export carries its manifest
         raise ValueError(f"{cfg.model} was not trained on {cfg.data} (other languages)")
 
 

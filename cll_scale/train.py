@@ -129,28 +129,31 @@ class Trainer:
     # -- construction helpers -----------------------------------------------------------------
     def _init_and_freeze(self, tag: str | None) -> dict[str, torch.Tensor]:
         """Start from ``init_from`` (unless a checkpoint takes over) and freeze the parameters
-        matching ``freeze``. Returns the frozen tensors as loaded: under bf16 DeepSpeed keeps no
-        fp32 master copy of a parameter it does not train, so exports take them from here."""
+        matching ``freeze``. Returns the frozen tensors as ``init_from`` has them: under bf16
+        DeepSpeed keeps no fp32 master copy of a parameter it does not train, so exports take them
+        from here."""
         cfg = self.cfg
-        init = load_export(cfg.init_from)[0].state_dict() if cfg.init_from else None
+        # A resumed run takes its weights from the checkpoint: the export is read only for the
+        # values of frozen parameters.
+        needed = cfg.init_from and (not tag or cfg.freeze)
+        init = load_export(cfg.init_from)[0].state_dict() if needed else None
         if init is not None and not tag:
             self.model.load_state_dict(init, strict=True)
         names = [n for n, _ in self.model.named_parameters()]
-        frozen = {}
+        frozen: set[str] = set()
         for pattern in cfg.freeze:
             hits = fnmatch.filter(names, pattern)
             if not hits:
                 raise ValueError(f"freeze pattern {pattern!r} matches no parameter (names look like "
                                  f"{names[0]}, {names[-1]})")
-            frozen.update({n: None for n in hits})
+            frozen.update(hits)
         for name, param in self.model.named_parameters():
             if name in frozen:
                 param.requires_grad_(False)
-                frozen[name] = (init[name] if init is not None else param.detach()).clone()
         if frozen:
-            self.log(f"{len(frozen)} parameter tensors frozen "
-                     f"({sum(t.numel() for t in frozen.values()):,} weights)")
-        return frozen
+            self.log(f"{len(frozen)} parameter tensors frozen")
+        # Without init_from the checkpoint's consolidated copy is all there is.
+        return {n: init[n].clone() for n in frozen} if init is not None else {}
 
     def _optimizer(self, model):
         return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=self.cfg.lr,
