@@ -147,7 +147,8 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
             f"{res.off_target:5.1f}% (restricted {res.off_target_restricted:5.1f}%)")
     return {"directions": [asdict(r) for r in results], "averages": averages(results, m.central_language),
             "bleu_signature": signature, "use_lsl": use_lsl,
-            "t_weights": translator.model.t_weights()}
+            "t_weights": translator.model.t_weights(),
+            "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
 
 
 def averages(results: list[DirectionResult], central: str | None) -> dict[str, dict[str, float]]:

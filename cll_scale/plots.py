@@ -74,16 +74,19 @@ def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
 
 def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
     """Learned t_l per language and CLL layer for each model (paper Fig. 6)."""
-    models = {k: r["t_weights"] for k, r in report["models"].items() if r.get("t_weights") and "LSL off" not in k}
+    models = {k: r for k, r in report["models"].items()
+              if any(r.get("t_weights", {}).values()) and "LSL off" not in k}   # Baseline has no t_l
     if not models:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.5), squeeze=False)
-    for ax, (name, weights) in zip(axes[0], models.items()):
-        for lang, values in weights.items():
-            ax.plot(range(1, len(values) + 1), values, "o-", label=lang)
+    for ax, (name, r) in zip(axes[0], models.items()):
+        layers = r.get("cll_layers") or list(range(1, len(next(iter(r["t_weights"].values()))) + 1))
+        for lang, values in r["t_weights"].items():
+            ax.plot(layers, values, "o-", label=lang)
+        ax.set_xticks(layers)
         ax.set_title(name)
-        ax.set_xlabel("CLL layer (decoder)")
+        ax.set_xlabel("decoder layer")
         ax.set_ylabel("t_l")
         ax.legend()
         ax.grid(alpha=0.3)
@@ -91,23 +94,29 @@ def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
 
 
 def plot_offtarget_over_training(metrics: dict[str, str | Path], out_png: str | Path) -> Path | None:
-    """Zero-shot off-target rate (validation, greedy) against training step, one line per model."""
+    """Validation over training, one line per model: supervised BLEU (has it plateaued?) beside the
+    zero-shot off-target rate (when does the collapse appear?). Both from greedy decoding."""
+    panels = (("valid_bleu", "supervised BLEU (valid)", None),
+              ("valid_zero_shot_offtarget", "zero-shot off-target % (valid)", (0, 100)))
     curves = {}
     for name, path in metrics.items():
         path = Path(path)
         if path.is_file():
             rows = [json.loads(x) for x in path.read_text().splitlines() if "valid_zero_shot_offtarget" in x]
             if rows:
-                curves[name] = ([r["step"] for r in rows], [r["valid_zero_shot_offtarget"] for r in rows])
+                curves[name] = rows
     if not curves:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, (steps, values) in curves.items():
-        ax.plot(steps, values, "o-", label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("zero-shot off-target % (valid)")
-    ax.set_ylim(0, 100)
-    ax.legend()
-    ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, (key, label, ylim) in zip(axes, panels):
+        for name, rows in curves.items():
+            kept = [r for r in rows if key in r]
+            ax.plot([r["step"] for r in kept], [r[key] for r in kept], "o-", label=name)
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        if ylim:
+            ax.set_ylim(*ylim)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
     return _save(plt, fig, out_png)

@@ -96,7 +96,7 @@ def offtarget_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
 def budget_text(budget: dict) -> str:
     parts = ([f"{budget['steps']:,} steps"] if budget["steps"] else []) + \
             ([f"{budget['minutes']:g} minutes"] if budget["minutes"] else [])
-    return " or ".join(parts) + " of training per model, whichever comes first"
+    return " or ".join(parts) + " of training per model" + (", whichever comes first" if len(parts) > 1 else "")
 
 
 def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
@@ -121,7 +121,7 @@ def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict]
                      f"{json.loads((chosen_export(run_dir) / 'export.json').read_text())['step']} |")
     curve = offtarget_curve_png(runs, figs / "offtarget_over_training.png")
     if curve:
-        lines += ["", f"![zero-shot off-target over training]({condition}/{curve.name})"]
+        lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({condition}/{curve.name})"]
     from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
     for split, report in reports.items():
         lines += ["", f"## {split}", "", markdown(report)]

@@ -77,4 +77,6 @@ def test_cll_eval_cli(tiny_export, m30k_centered, tmp_path, capsys):
     assert "zero-shot" in report["models"]["fcll"]["averages"] and "en→xx" in report["models"]["fcll"]["averages"]
     assert report["bleu_signature"].startswith("nrefs:1")
     assert "| fcll |" in table and (out / "bleu_offtarget.png").stat().st_size > 1000
+    fcll = report["models"]["fcll"]     # FCLL: a t_l for every decoder layer, numbered from 1
+    assert fcll["cll_layers"] == list(range(1, len(fcll["t_weights"]["de"]) + 1)) and fcll["cll_layers"]
     assert (out / "t_weights.png").is_file() and (out / "results.md").read_text() in table
