@@ -80,3 +80,17 @@ def test_cll_eval_cli(tiny_export, m30k_centered, tmp_path, capsys):
     fcll = report["models"]["fcll"]     # FCLL: a t_l for every decoder layer, numbered from 1
     assert fcll["cll_layers"] == list(range(1, len(fcll["t_weights"]["de"]) + 1)) and fcll["cll_layers"]
     assert (out / "t_weights.png").is_file() and (out / "results.md").read_text() in table
+
+
+def test_zero_shot_anatomy_labels_start_and_end(multi30k):
+    """scripts/zero_shot_anatomy.py: outputs that start on target and switch are told apart from
+    clean ones, and only the clean ones are scored."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from zero_shot_anatomy import anatomy
+    de = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:20]
+    cs = (multi30k / "test_2016_flickr.cs").read_text(encoding="utf-8").splitlines()[:20]
+    hyps = de[:10] + [f"{d} {d} {c} {c}" for d, c in zip(de[10:15], cs[10:15])] + cs[15:]
+    row = anatomy(hyps, de, "de", ["de", "fr", "cs"])
+    assert row["n"] == 20 and row["target → target"] >= 9 and row["target → other"] >= 4
+    assert row["other → other"] >= 4 and sum(row[k] for k in row if "→" in k) == 20
+    assert row["bleu_on_target"] > 95      # the clean German outputs are the references themselves
