@@ -93,7 +93,7 @@ def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
     return _save(plt, fig, out_png)
 
 
-def plot_offtarget_over_training(metrics: dict[str, str | Path], out_png: str | Path) -> Path | None:
+def plot_validation_over_training(metrics: dict[str, str | Path], out_png: str | Path) -> Path | None:
     """Validation over training, one line per model: supervised BLEU (has it plateaued?) beside the
     zero-shot off-target rate (when does the collapse appear?). Both from greedy decoding."""
     panels = (("valid_bleu", "supervised BLEU (valid)", None),

@@ -88,9 +88,9 @@ def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: li
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
-def offtarget_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
-    from cll_scale.plots import plot_offtarget_over_training
-    return plot_offtarget_over_training({name: d / "metrics.jsonl" for name, d in runs.items()}, out_png)
+def validation_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
+    from cll_scale.plots import plot_validation_over_training
+    return plot_validation_over_training({name: d / "metrics.jsonl" for name, d in runs.items()}, out_png)
 
 
 def budget_text(budget: dict) -> str:
@@ -119,7 +119,7 @@ def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict]
                      f"| {last.get('elapsed_s', 0) / 60:.1f} | {last.get('nll', float('nan')):.3f} | "
                      f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} | "
                      f"{json.loads((chosen_export(run_dir) / 'export.json').read_text())['step']} |")
-    curve = offtarget_curve_png(runs, figs / "offtarget_over_training.png")
+    curve = validation_curve_png(runs, figs / "validation_over_training.png")
     if curve:
         lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({condition}/{curve.name})"]
     from cll_scale.plots import plot_bleu_offtarget, plot_t_weights

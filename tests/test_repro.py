@@ -23,7 +23,7 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     assert "| baseline |" in report and "| fcll |" in report and "## test_2016_flickr" in report
     assert "fr-de" in report and "zero-shot" in report and "Hardware:" in report
     assert (tmp_path / "results" / "triangle" / "test_2016_flickr_bleu_offtarget.png").is_file()
-    assert (tmp_path / "results" / "triangle" / "offtarget_over_training.png").is_file()
+    assert (tmp_path / "results" / "triangle" / "validation_over_training.png").is_file()
     second = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stderr.count("finished") == 2 and "cll_scale.train" not in second.stderr
