@@ -74,17 +74,16 @@ def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
 
 def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
     """Learned t_l per language and CLL layer for each model (paper Fig. 6)."""
-    models = {k: r for k, r in report["models"].items()
-              if any(r.get("t_weights", {}).values()) and "LSL off" not in k}   # Baseline has no t_l
+    # Baseline has no CLL layer; an LSL-off evaluation repeats its model's t_l.
+    models = {k: r for k, r in report["models"].items() if r["cll_layers"] and r["use_lsl"]}
     if not models:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.5), squeeze=False)
     for ax, (name, r) in zip(axes[0], models.items()):
-        layers = r.get("cll_layers") or list(range(1, len(next(iter(r["t_weights"].values()))) + 1))
         for lang, values in r["t_weights"].items():
-            ax.plot(layers, values, "o-", label=lang)
-        ax.set_xticks(layers)
+            ax.plot(r["cll_layers"], values, "o-", label=lang)
+        ax.set_xticks(r["cll_layers"])
         ax.set_title(name)
         ax.set_xlabel("decoder layer")
         ax.set_ylabel("t_l")
