@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from cll_scale import engine as ds
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import print_tables
 from cll_scale.languages import Direction
-from cll_scale.manifest import Manifest, Shard
+from cll_scale.manifest import Manifest, Shard, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
@@ -116,9 +115,7 @@ def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world
         pseudo = translator.translate(texts, c["pseudo_langs"])
         record = {"direction": c["direction"], "lines": [int(lines[r]) for r in c["rows"]],
                   "rows": c["rows"], "pseudo_langs": c["pseudo_langs"], "pseudo": pseudo}
-        tmp = parts / f".{k:06d}.json.tmp-{rank}"
-        tmp.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, parts / f"{k:06d}.json")
+        write_atomic(parts / f"{k:06d}.json", json.dumps(record, ensure_ascii=False))
         bar.update(len(c["rows"]))
     bar.close()
     return chunks
@@ -221,10 +218,7 @@ def run(cfg: BTConfig) -> dict[str, str]:
         ds.barrier()
         train_epoch(cfg, out / "data" / f"epoch-{epoch}")
         if rank == 0:
-            state = {"config": asdict(cfg), "epochs_done": epoch}
-            tmp = state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(state, indent=1))
-            os.replace(tmp, state_path)
+            write_atomic(state_path, json.dumps({"config": asdict(cfg), "epochs_done": epoch}, indent=1))
         ds.barrier()
     return evaluate(cfg, device) if rank == 0 else {}
 
@@ -265,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {cfg.data} "
                              f"({', '.join(manifest.languages)})")
         tables = run(cfg)
+        ds.shutdown()
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"cll-bt: error: {err}", file=sys.stderr)
         return 2

@@ -51,6 +51,15 @@ def init_distributed() -> tuple[int, int, int]:
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), local
 
 
+def shutdown() -> None:
+    """Leave the process group once a command's work is done. Without it gloo's worker threads
+    outlive the interpreter and a finished run can still abort at exit ("terminate called without
+    an active exception", seen on 2-rank CPU runs). Call it on success only: after a failure the
+    teardown could wait for ranks that are gone."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def device() -> torch.device:
     from deepspeed.accelerator import get_accelerator
     return torch.device(get_accelerator().current_device_name())

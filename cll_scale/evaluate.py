@@ -28,7 +28,7 @@ import sacrebleu
 
 from cll_scale.decoding import DecodeConfig
 from cll_scale.langid import detect
-from cll_scale.manifest import Manifest
+from cll_scale.manifest import Manifest, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 
@@ -216,9 +216,9 @@ def write_report(report: dict, out: str | Path) -> str:
     from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    write_atomic(out / "results.json", json.dumps(report, indent=1, ensure_ascii=False))
     table = markdown(report)
-    (out / "results.md").write_text(table, encoding="utf-8")
+    write_atomic(out / "results.md", table)
     plot_bleu_offtarget(report, out / "bleu_offtarget.png")
     plot_t_weights(report, out / "t_weights.png")
     return table

@@ -38,7 +38,7 @@ from cll_scale.config import ModelConfig
 from cll_scale.evaluate import print_tables
 from cll_scale.export import load_export, write_export
 from cll_scale.languages import Direction
-from cll_scale.manifest import Manifest
+from cll_scale.manifest import Manifest, write_atomic
 from cll_scale.model import CLLTransformer
 
 LSL_PARAMS = ("w1", "b1", "w2", "b2", "t")
@@ -138,7 +138,7 @@ def build_data(cfg: ExtendConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     result = extend_sentencepiece(data / old.tokenizer.file, cfg.lang, new_texts, out / "spm.model",
                                   old_language_sample(data, old, cfg.keep_rows), cfg.vocab_size, cfg.seed)
-    (out / "spm_extension.json").write_text(json.dumps(dataclasses.asdict(result), indent=1, ensure_ascii=False))
+    write_atomic(out / "spm_extension.json", json.dumps(dataclasses.asdict(result), indent=1, ensure_ascii=False))
     new_dir = out / "new-shards"
     if not (new_dir / "manifest.json").exists():
         build_shards(corpus, BuildConfig(out_dir=str(new_dir), overwrite=True, spm_model=str(out / "spm.model"),
@@ -275,7 +275,9 @@ def run(cfg: ExtendConfig) -> dict[str, str]:
         init = build_init_export(cfg, data)
     ds.barrier()
     tuned = fine_tune(cfg, data, init)
-    return evaluate(cfg, data, tuned) if rank == 0 else {}
+    tables = evaluate(cfg, data, tuned) if rank == 0 else {}
+    ds.shutdown()
+    return tables
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,23 @@ def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> str:
         while chunk := f.read(block):
             h.update(chunk)
     return h.hexdigest()
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
+    """Readers of ``path`` see the old file or the whole new one, never a partial write (a run can
+    be killed at any moment; resumption reads these files back)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @dataclass
@@ -117,10 +135,7 @@ class Manifest:
                    tokenizer=TokenizerInfo(**d.pop("tokenizer")), splits=splits, **d)
 
     def save(self, directory: str | os.PathLike) -> None:
-        path = Path(directory) / MANIFEST
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(Path(directory) / MANIFEST, json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Manifest":

@@ -12,6 +12,7 @@ used when present), evaluates every export on the Multi30k test sets, and writes
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -24,6 +25,7 @@ import torch
 
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, markdown, pairs_from_shards
+from cll_scale.manifest import write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,6 +68,12 @@ def chosen_export(run_dir: Path) -> Path:
     """The checkpoint selected on supervised validation when training made one, else the last."""
     best = run_dir / "export-best"
     return best if (best / "export.json").exists() else run_dir / "export"
+
+
+def export_ids(runs: dict[str, Path]) -> dict[str, str]:
+    """Each evaluated export's identity: the hash of its export.json, which holds every file's sha256."""
+    return {name: hashlib.sha256((chosen_export(d) / "export.json").read_bytes()).hexdigest()
+            for name, d in runs.items()}
 
 
 def budget_spent(last: dict, budget: dict) -> bool:
@@ -130,9 +138,9 @@ def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict]
         tpng = plot_t_weights(report, figs / f"{split}_t_weights.png")
         if tpng:
             lines.append(f"![learned t_l]({condition}/{tpng.name})")
-        (figs / f"{split}.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+        write_atomic(figs / f"{split}.json", json.dumps(report, indent=1, ensure_ascii=False))
     path = out / f"{condition}.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_atomic(path, "\n".join(lines) + "\n")
     return path
 
 
@@ -180,11 +188,24 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     translators = {name: Translator(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
                    for name, run_dir in runs.items()}
+    # A test set already evaluated with these exports and settings is read back, not decoded again:
+    # re-running after an interruption (or to add a stage) costs only what is left to do.
+    settings = {"exports": export_ids(runs), "beam": args.beam, "max_sentences": args.max_sentences,
+                "ablate_lsl": args.ablate_lsl}
+    figs = Path(args.out) / args.condition
     for split in args.splits.split(","):
+        cached = figs / f"{split}.json"
+        previous = json.loads(cached.read_text()) if cached.exists() else {}
+        if previous.get("settings") == settings:
+            print(f"[cll-repro] {split}: evaluated before with these exports, reusing {cached}", file=sys.stderr)
+            reports[split] = previous
+            continue
         print(f"[cll-repro] evaluating on {split}", file=sys.stderr)
         reports[split] = compare(translators, pairs_from_shards(shards, split), f"Multi30k {split}", args.beam,
                                  max_sentences=args.max_sentences, ablate_lsl=args.ablate_lsl,
                                  log=lambda s: print(s, file=sys.stderr))
+        reports[split]["settings"] = settings
+        write_atomic(cached, json.dumps(reports[split], indent=1, ensure_ascii=False))
     path = write_report(args.condition, runs, reports, budget, command, Path(args.out))
     print(path.read_text())
     return 0

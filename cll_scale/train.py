@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from cll_scale import engine as ds
 from cll_scale.config import PRESETS, apply_overrides, build_configs, load_recipe
 from cll_scale.export import export_model_config, load_export, write_export
-from cll_scale.manifest import Manifest
+from cll_scale.manifest import Manifest, write_atomic
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.stream import ShardStream, eval_batches
 
@@ -121,8 +121,8 @@ class Trainer:
         if self.rank == 0:
             resolved = {"preset": recipe.get("preset", "small"), "model": self.model_cfg.to_json(),
                         "data": asdict(self.stream_cfg), "train": asdict(self.cfg)}
-            (self.run_dir / "config.json").write_text(json.dumps(resolved, indent=1))
-            (self.run_dir / "ds_config.json").write_text(json.dumps(ds_cfg, indent=1))
+            write_atomic(self.run_dir / "config.json", json.dumps(resolved, indent=1))
+            write_atomic(self.run_dir / "ds_config.json", json.dumps(ds_cfg, indent=1))
             (self.run_dir / "git.txt").write_text(git_commit() + "\n")
         self.metrics_path = self.run_dir / "metrics.jsonl"
 
@@ -193,9 +193,7 @@ class Trainer:
             return
         kept = [line for line in path.read_text(encoding="utf-8").splitlines()
                 if line.strip() and json.loads(line).get("step", 0) <= self.step]
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, "".join(line + "\n" for line in kept))
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> dict:
@@ -471,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         recipe = recipe_from_args(args)
         result = Trainer(recipe, resume=args.resume).train()
+        ds.shutdown()
     except (ValueError, FileExistsError, FileNotFoundError, CheckpointError) as err:   # ManifestError is a ValueError
         print(f"cll-train: error: {err}", file=sys.stderr)
         return 2

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
 from cll_scale.languages import check_language, lang_tag
+from cll_scale.manifest import write_atomic
 
 NORMAL, CONTROL = pb.ModelProto.SentencePiece.NORMAL, pb.ModelProto.SentencePiece.CONTROL
 # SentencePiece rejects a vocabulary the text cannot fill and names the largest size that works.
@@ -60,7 +60,7 @@ def extend_sentencepiece(old_model: str | os.PathLike, new_lang: str, new_texts:
     candidates = _below_old_scores(old, learned, skip=set(old_ids) | {tag})
     kept, dropped = _keep_old_segmentation(old, tag, candidates, keep_texts, threads)
     model = _assemble(old, tag, kept)
-    _write_atomic(model.SerializeToString(), Path(out_path))
+    write_atomic(out_path, model.SerializeToString())
     return ExtendResult(old_size=len(old.pieces), new_size=len(model.pieces), added=len(kept),
                         dropped=dropped, tag_id=old_ids.get(tag, len(old.pieces)))
 
@@ -174,18 +174,3 @@ def _culprits(ids: list[int], first_new: int, index: dict[str, int], sp: spm.Sen
         for a in range(len(piece)):
             inside |= {index[piece[a:b]] for b in range(a + 1, len(piece) + 1) if piece[a:b] in index}
     return inside
-
-
-def _write_atomic(data: bytes, path: Path) -> None:
-    """Readers of ``path`` see the old file or the whole new one, never a partial write."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.manifest import write_atomic  # noqa: E402
 from cll_scale.repro import chosen_export, hardware, train  # noqa: E402
 
 PY = sys.executable
@@ -99,7 +100,7 @@ def extension(args) -> None:
 def write(path: Path, title: str, parts: list[str]) -> None:
     command = "python scripts/results.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     text = [f"# {title}", "", f"Command: `{command}`", "", f"Hardware: {hardware()}.", "", *parts]
-    path.write_text("\n\n".join(text) + "\n", encoding="utf-8")
+    write_atomic(path, "\n\n".join(text) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 
 

@@ -31,6 +31,7 @@ def main(argv=None):
     if trainer.rank == 0:
         with open(report, "w") as f:
             json.dump(gathered, f)
+    ds.shutdown()
 
 
 if __name__ == "__main__":

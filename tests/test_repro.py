@@ -1,5 +1,6 @@
 """cll-repro end to end at the `tiny` size: shards, training of two variants, evaluation, the
-report — and a second run that resumes nothing and trains nothing."""
+report — and a second run that trains nothing and decodes nothing, while a changed decoding setting
+is evaluated afresh."""
 import subprocess
 import sys
 
@@ -27,3 +28,9 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     second = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stderr.count("finished") == 2 and "cll_scale.train" not in second.stderr
+    assert "reusing" in second.stderr and "evaluating on" not in second.stderr
+    assert (tmp_path / "results" / "triangle.md").read_text() == report
+    third = subprocess.run(args + ["--eval-only", "--beam", "2"], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                           timeout=900)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "evaluating on test_2016_flickr" in third.stderr and "reusing" not in third.stderr
