@@ -9,14 +9,17 @@ Stages (the budgets are the CPU ones we could afford; on a GPU raise them with t
 
 * ``triangle`` / ``centered`` — ``cll-repro``: Baseline and FCLL on Multi30k (paper §4.1), the
   same number of steps, seed and data order; writes ``docs/results/<condition>.md``.
-* ``backtranslation`` — ``cll-bt`` on the centered Baseline and FCLL models (paper §4.3), then one
-  ``cll-eval`` table of the four models: ``docs/results/backtranslation.md``.
+* ``backtranslation`` — ``cll-bt`` on the centered Baseline and FCLL models (paper §4.3); the
+  before/after evaluations the runs write are merged into one table of the four models:
+  ``docs/results/backtranslation.md``.
 * ``extension`` — Baseline, SD and FCLL pre-trained on en/de/fr (centered), each extended with cs
-  from ``--ext-pairs`` en↔cs pairs by ``cll-extend`` (paper §4.4): ``docs/results/extension.md``.
+  from ``--ext-pairs`` en↔cs pairs by ``cll-extend`` (paper §4.4), tables merged the same way:
+  ``docs/results/extension.md``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
@@ -25,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.evaluate import write_report  # noqa: E402
 from cll_scale.manifest import write_atomic  # noqa: E402
 from cll_scale.repro import chosen_export, hardware, train  # noqa: E402
 
@@ -42,26 +46,40 @@ def repro(args, condition: str) -> None:
         "--runs-root", str(args.root / "runs"), "--out", str(ROOT / "docs" / "results"), "--ablate-lsl"])
 
 
-def eval_table(models: dict[str, Path], data: Path, split: str, out: Path) -> str:
-    sh([PY, "-m", "cll_scale.evaluate", *[f"--model={k}={v}" for k, v in models.items()], "--data", str(data),
-        "--split", split, "--out", str(out)])
-    return (out / "results.md").read_text(encoding="utf-8")
+def evaluation(out: Path, split: str) -> dict:
+    """The report a cll-bt / cll-extend run wrote about itself (before and after); {} if none yet."""
+    path = out / "eval" / split / "results.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path) -> str:
+    """One table from the runs' own evaluations: every model is decoded once, by the command that
+    made it, on the same test set with the same beam."""
+    merged = {}
+    for variant, report in parts.items():
+        merged = merged or {**report, "models": {}}
+        if report["beam"] != merged["beam"]:
+            raise SystemExit(f"{variant}: evaluated with beam {report['beam']}, the others with {merged['beam']}")
+        for name, result in report["models"].items():
+            merged["models"][f"{variant}{rename.get(name, ' ' + name)}"] = result
+    return write_report(merged, out)
 
 
 def backtranslation(args) -> None:
     shards = args.root / "shards" / "multi30k-centered"
-    models = {}
+    after = f"after {args.bt_epochs} BT epochs"
+    parts = {}
     for variant in ("baseline", "fcll"):
         start = chosen_export(args.root / "runs" / f"multi30k-centered-{variant}")
         if not (start / "export.json").exists():
             sys.exit(f"backtranslation: run the 'centered' stage first ({start} missing)")
         out = args.root / "bt" / variant
-        sh([PY, "-m", "cll_scale.backtranslate", "--model", str(start), "--data", str(shards), "--out", str(out),
-            "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
-            "--eval-splits", args.split])
-        models[variant] = start
-        models[f"{variant} + BT"] = out / "run" / "export"
-    table = eval_table(models, shards, args.split, args.root / "bt" / "eval")
+        if after not in evaluation(out, args.split).get("models", {}):   # finished runs are not re-evaluated
+            sh([PY, "-m", "cll_scale.backtranslate", "--model", str(start), "--data", str(shards), "--out", str(out),
+                "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
+                "--eval-splits", args.split])
+        parts[variant] = evaluation(out, args.split)
+    table = merged_table(parts, {"before": "", after: " + BT"}, args.root / "bt" / "eval")
     write(ROOT / "docs" / "results" / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
           [f"Starting points: the centered Baseline and FCLL models of `centered.md`. Each fine-tuned "
            f"{args.bt_epochs} back-translation epoch(s) (paper: 4): every epoch translates {args.bt_rows:,} "
@@ -76,18 +94,17 @@ def extension(args) -> None:
         sh([PY, "-m", "data_tools", "build", "--input", args.multi30k, "--condition", "centered",
             "--langs", "en,de,fr", "--out", str(shards)])
     budget = {"steps": args.ext_pretrain_steps, "minutes": 0.0}
-    models = {}
+    parts = {}
     for variant in ("baseline", "sd", "fcll"):
         run = args.root / "runs" / f"multi30k-en-de-fr-{variant}"
         train(ROOT / "recipes" / f"multi30k_centered_{variant}.yaml", run, shards, budget, [])
         out = args.root / "extend" / variant
-        sh([PY, "-m", "cll_scale.extend", "--model", str(chosen_export(run)), "--data", str(shards), "--lang", "cs",
-            "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
-            "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
-        models[variant] = chosen_export(run)
-        models[f"{variant} + cs"] = chosen_export(out / "run")
-    data = args.root / "extend" / "fcll" / "data"     # the same corpus and vocabulary rules for each
-    table = eval_table(models, data, args.split, args.root / "extend" / "eval")
+        if not evaluation(out, args.split):
+            sh([PY, "-m", "cll_scale.extend", "--model", str(chosen_export(run)), "--data", str(shards), "--lang", "cs",
+                "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
+                "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
+        parts[variant] = evaluation(out, args.split)
+    table = merged_table(parts, {"original": "", "+cs": " + cs"}, args.root / "extend" / "eval")
     write(ROOT / "docs" / "results" / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
            f"Extension: cs from the first {args.ext_pairs:,} en↔cs training pairs (en-cs and cs-en supervised; "

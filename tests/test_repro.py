@@ -1,6 +1,7 @@
 """cll-repro end to end at the `tiny` size: shards, training of two variants, evaluation, the
 report — and a second run that trains nothing and decodes nothing, while a changed decoding setting
 is evaluated afresh."""
+import json
 import subprocess
 import sys
 
@@ -34,3 +35,18 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
                            timeout=900)
     assert third.returncode == 0, third.stderr[-3000:]
     assert "evaluating on test_2016_flickr" in third.stderr and "reusing" not in third.stderr
+
+
+def test_results_script_merges_the_runs_own_evaluations(tmp_path):
+    """scripts/results.py builds the back-translation and extension tables from the before/after
+    reports cll-bt and cll-extend wrote (no model decoded twice); beams that differ are refused."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from results import merged_table
+    report = json.loads((ROOT / "docs" / "results" / "triangle" / "test_2016_flickr.json").read_text())
+    run = {**report, "models": {"before": report["models"]["baseline"], "after 2 BT epochs": report["models"]["fcll"]}}
+    table = merged_table({"baseline": run, "fcll": run}, {"before": "", "after 2 BT epochs": " + BT"}, tmp_path)
+    merged = json.loads((tmp_path / "results.json").read_text())
+    assert list(merged["models"]) == ["baseline", "baseline + BT", "fcll", "fcll + BT"]
+    assert merged["models"]["fcll + BT"] == report["models"]["fcll"] and "| fcll + BT |" in table
+    with pytest.raises(SystemExit, match="beam"):
+        merged_table({"baseline": run, "fcll": {**run, "beam": 1}}, {}, tmp_path / "other")
