@@ -30,9 +30,10 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import print_tables
+from cll_scale.evaluate import compare, pairs_from_shards, print_tables, write_report
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard, write_atomic
+from cll_scale.train import Interrupted, Trainer, set_threads
 from cll_scale.translate import TranslateConfig, Translator
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
@@ -169,7 +170,6 @@ def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
 # -- the loop -------------------------------------------------------------------------------------
 
 def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
-    from cll_scale.train import Trainer
     run = Path(cfg.out) / "run"
     recipe = {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed},
               "train": {"data": str(epoch_data), "run_dir": str(run), "init_from": cfg.model,
@@ -180,7 +180,6 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
 
 
 def evaluate(cfg: BTConfig, device) -> dict[str, str]:
-    from cll_scale.evaluate import compare, pairs_from_shards, write_report
     manifest = Manifest.load(cfg.data)
     splits = cfg.eval_splits or [n for n, s in manifest.splits.items() if s.role == "test"]
     tc = TranslateConfig(DecodeConfig(beam=cfg.eval_beam))
@@ -195,7 +194,6 @@ def evaluate(cfg: BTConfig, device) -> dict[str, str]:
 
 
 def run(cfg: BTConfig) -> dict[str, str]:
-    from cll_scale.train import set_threads
     set_threads()
     rank, world, _ = ds.init_distributed()
     out = Path(cfg.out)
@@ -263,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"cll-bt: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as stop:
+        print(f"cll-bt: fine-tuning {stop}; re-run the same command to resume", file=sys.stderr)
+        return stop.exit_code
     if tables:       # rank 0
         print_tables("cll-bt", argv, tables)
     return 0

@@ -34,12 +34,16 @@ import pyarrow as pa
 import sentencepiece as spm
 import torch
 
+from cll_scale import engine as ds
 from cll_scale.config import ModelConfig
-from cll_scale.evaluate import print_tables
+from cll_scale.decoding import DecodeConfig
+from cll_scale.evaluate import compare, pairs_from_shards, print_tables, write_report
 from cll_scale.export import load_export, write_export
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, write_atomic
 from cll_scale.model import CLLTransformer
+from cll_scale.train import Interrupted, Trainer, set_threads
+from cll_scale.translate import TranslateConfig, Translator
 
 LSL_PARAMS = ("w1", "b1", "w2", "b2", "t")
 
@@ -226,8 +230,6 @@ def pretrain_schedule(info: dict) -> dict:
 # -- 4 + 5: fine-tune and evaluate ---------------------------------------------------------------
 
 def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
-    from cll_scale import engine as ds
-    from cll_scale.train import Trainer
     sched = json.loads((init / "export.json").read_text())["pretrain"]
     if cfg.lr:
         sched = {"lr": cfg.lr, "warmup_steps": 0, "step": 0}
@@ -248,9 +250,6 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
 
 
 def evaluate(cfg: ExtendConfig, data: Path, tuned: Path) -> dict[str, str]:
-    from cll_scale.decoding import DecodeConfig
-    from cll_scale.evaluate import compare, pairs_from_shards, write_report
-    from cll_scale.translate import TranslateConfig, Translator
     manifest = Manifest.load(data)
     splits = cfg.eval_splits or [n for n, s in manifest.splits.items() if s.role == "test"]
     tc = TranslateConfig(DecodeConfig(beam=cfg.eval_beam))
@@ -265,8 +264,6 @@ def evaluate(cfg: ExtendConfig, data: Path, tuned: Path) -> dict[str, str]:
 
 
 def run(cfg: ExtendConfig) -> dict[str, str]:
-    from cll_scale import engine as ds
-    from cll_scale.train import set_threads
     set_threads()
     rank = ds.init_distributed()[0]
     data, init = Path(cfg.out) / "data", Path(cfg.out) / "init-export"
@@ -316,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"cll-extend: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as stop:
+        print(f"cll-extend: fine-tuning {stop}; re-run the same command to resume", file=sys.stderr)
+        return stop.exit_code
     if tables:       # rank 0
         print_tables("cll-extend", argv, tables)
     return 0

@@ -17,8 +17,10 @@ import fnmatch
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -39,6 +41,21 @@ BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (TrainConf
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written; the previous one is untouched."""
+
+
+class Interrupted(RuntimeError):
+    """Training was asked to stop (SIGTERM, SIGUSR1) and checkpointed first: re-run to resume."""
+
+    def __init__(self, signum: int, step: int):
+        # signum 0: this rank got no signal, another one did (every rank stops at the same step)
+        self.step, self.exit_code = step, 128 + (signum or signal.SIGTERM)
+        by = signal.Signals(signum).name if signum else "a stop signal to another rank"
+        super().__init__(f"stopped by {by} at step {step}, after saving its checkpoint")
+
+
+# Schedulers announce the end of a job with these: SIGTERM (SLURM at the time limit or on preemption,
+# Kubernetes, the deepspeed launcher passing on its own SIGTERM) and SIGUSR1 (SLURM's --signal=USR1@T).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def inverse_sqrt(warmup: int):
@@ -197,6 +214,22 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------------
     def train(self) -> dict:
+        """Train to the budget. A stop signal ends the run at the next step boundary with a
+        checkpoint (``Interrupted``), so a preempted job loses at most one step."""
+        self._stop_signal = 0
+        if threading.current_thread() is not threading.main_thread():   # handlers live in the main thread
+            return self._train()
+        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
+        try:
+            return self._train()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_stop_signal(self, signum, frame) -> None:
+        self._stop_signal = signum
+
+    def _train(self) -> dict:
         cfg, eng = self.cfg, self.engine
         bar = tqdm(total=cfg.max_steps or None, initial=self.step, disable=self.rank != 0 or None,
                    desc="train", unit="step", dynamic_ncols=True)
@@ -207,8 +240,10 @@ class Trainer:
             t_step = time.perf_counter()
             loss_sum, nll_sum, ntok = self._train_step(window)
             self.step += 1
-            sums = ds.all_reduce_sum([loss_sum, nll_sum, ntok, time.perf_counter() - t_step, self.stream.epoch],
-                                     self.device)
+            # The stop flag rides on the step's all-reduce: launchers signal ranks one after another
+            # (deepspeed's waits up to 30 s per rank), and every rank must checkpoint the same step.
+            sums = ds.all_reduce_sum([loss_sum, nll_sum, ntok, time.perf_counter() - t_step, self.stream.epoch,
+                                      float(bool(self._stop_signal))], self.device)
             self.epoch = sums[4] / self.world
             self.elapsed += sums[3] / self.world
             window["seconds"] += sums[3] / self.world
@@ -221,6 +256,13 @@ class Trainer:
                 last = self._log_train(window)
                 bar.set_postfix(loss=f"{last['loss']:.3f}", tok_s=f"{last['tokens_per_s']:.0f}")
                 window.update(loss=0.0, nll=0.0, tokens=0.0, skipped=0, seconds=0.0)
+            if sums[5]:   # before validation, which can outlast a scheduler's grace period (SLURM
+                          # KillWait: 30 s); a validation due at this step is skipped
+                bar.close()
+                self.save()
+                ds.barrier()
+                ds.shutdown()      # every rank is here: the process is about to end
+                raise Interrupted(self._stop_signal, self.step)
             if self.step % cfg.valid_every == 0:
                 last.update(self._validate_and_select())
             if self.step % cfg.ckpt_every == 0:
@@ -473,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError, FileNotFoundError, CheckpointError) as err:   # ManifestError is a ValueError
         print(f"cll-train: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as stop:
+        print(f"cll-train: {stop}; the same command with --resume continues from there", file=sys.stderr)
+        return stop.exit_code
     if int(os.environ.get("RANK", 0)) == 0:
         print(json.dumps(result))
     return 0

@@ -169,3 +169,33 @@ def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, 
     assert (run / "checkpoints" / "latest").read_text() == "step00000004"
     res = cll_train(*common(m30k_centered, run, 8, "--set", "train.export=false"), "--resume")
     assert "step00000004 at step 4" in res.stderr and (run / "checkpoints" / "latest").read_text() == "step00000008"
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_current_step_then_exact_resume(m30k_centered, tmp_path):
+    """SIGTERM to every process of a 2-rank `deepspeed` launch, as SLURM sends at a job's time limit
+    or on preemption: both ranks stop at the same step with a checkpoint of that step, although
+    none was due, and --resume continues exactly."""
+    def launch(run, steps, *extra):
+        args = common(m30k_centered, run, steps, "--set", "train.ckpt_every=1000", "--set", "train.export=false")
+        return subprocess.Popen([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module",
+                                 "cll_scale.train", *args, *extra], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    run = tmp_path / "stopped"
+    proc = launch(run, 1000)
+    deadline = time.time() + 600
+    while time.time() < deadline and max(last_losses(run) if (run / "metrics.jsonl").exists() else [0]) < 5:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    stopped = max(last_losses(run))
+    assert f"stopped by SIGTERM at step {stopped}, after saving its checkpoint" in out, out[-3000:]
+    assert (run / "checkpoints" / "latest").read_text() == f"step{stopped:08d}"
+    resumed = launch(run, stopped + 4, "--resume")
+    assert resumed.wait(timeout=600) == 0 and f"at step {stopped}" in resumed.stdout.read()
+    reference = launch(tmp_path / "ref", stopped + 4)
+    assert reference.wait(timeout=600) == 0
+    a, b = last_losses(tmp_path / "ref"), last_losses(run)
+    assert sorted(b) == list(range(1, stopped + 5))
+    for step in range(1, stopped + 5):
+        assert abs(a[step] - b[step]) <= 1e-6, (step, a[step], b[step])
