@@ -52,11 +52,13 @@ def init_distributed() -> tuple[int, int, int]:
 
 
 def shutdown() -> None:
-    """Leave the process group once a command's work is done. Without it gloo's worker threads
-    outlive the interpreter and a finished run can still abort at exit ("terminate called without
-    an active exception", seen on 2-rank CPU runs). Call it on success only: after a failure the
-    teardown could wait for ranks that are gone."""
+    """Leave the process group once a command's work is done, all ranks together. Without it
+    gloo's worker threads outlive the interpreter and a finished 2-rank CPU run could still abort
+    at exit ("terminate called without an active exception"); destroying the group while the
+    other rank was still communicating did too (1 test in 10). Call it on success only: after a
+    failure the barrier would wait for ranks that are gone."""
     if torch.distributed.is_initialized():
+        torch.distributed.barrier()      # no rank tears its connections down while another still talks
         torch.distributed.destroy_process_group()
 
 

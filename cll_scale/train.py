@@ -260,7 +260,6 @@ class Trainer:
                           # KillWait: 30 s); a validation due at this step is skipped
                 bar.close()
                 self.save()
-                ds.barrier()
                 ds.shutdown()      # every rank is here: the process is about to end
                 raise Interrupted(self._stop_signal, self.step)
             if self.step % cfg.valid_every == 0:
