@@ -218,7 +218,9 @@ def run(cfg: BTConfig) -> dict[str, str]:
         if rank == 0:
             write_atomic(state_path, json.dumps({"config": asdict(cfg), "epochs_done": epoch}, indent=1))
         ds.barrier()
-    return evaluate(cfg, device) if rank == 0 else {}
+    tables = evaluate(cfg, device) if rank == 0 else {}
+    ds.shutdown()
+    return tables
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {cfg.data} "
                              f"({', '.join(manifest.languages)})")
         tables = run(cfg)
-        ds.shutdown()
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         print(f"cll-bt: error: {err}", file=sys.stderr)
         return 2

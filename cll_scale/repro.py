@@ -138,7 +138,6 @@ def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict]
         tpng = plot_t_weights(report, figs / f"{split}_t_weights.png")
         if tpng:
             lines.append(f"![learned t_l]({condition}/{tpng.name})")
-        write_atomic(figs / f"{split}.json", json.dumps(report, indent=1, ensure_ascii=False))
     path = out / f"{condition}.md"
     write_atomic(path, "\n".join(lines) + "\n")
     return path

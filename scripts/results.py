@@ -74,11 +74,12 @@ def backtranslation(args) -> None:
         if not (start / "export.json").exists():
             sys.exit(f"backtranslation: run the 'centered' stage first ({start} missing)")
         out = args.root / "bt" / variant
-        if after not in evaluation(out, args.split).get("models", {}):   # finished runs are not re-evaluated
+        parts[variant] = evaluation(out, args.split)
+        if after not in parts[variant].get("models", {}):   # finished runs are not re-evaluated
             sh([PY, "-m", "cll_scale.backtranslate", "--model", str(start), "--data", str(shards), "--out", str(out),
                 "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
                 "--eval-splits", args.split])
-        parts[variant] = evaluation(out, args.split)
+            parts[variant] = evaluation(out, args.split)
     table = merged_table(parts, {"before": "", after: " + BT"}, args.root / "bt" / "eval")
     write(ROOT / "docs" / "results" / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
           [f"Starting points: the centered Baseline and FCLL models of `centered.md`. Each fine-tuned "
@@ -99,11 +100,12 @@ def extension(args) -> None:
         run = args.root / "runs" / f"multi30k-en-de-fr-{variant}"
         train(ROOT / "recipes" / f"multi30k_centered_{variant}.yaml", run, shards, budget, [])
         out = args.root / "extend" / variant
-        if not evaluation(out, args.split):
+        parts[variant] = evaluation(out, args.split)
+        if not parts[variant]:
             sh([PY, "-m", "cll_scale.extend", "--model", str(chosen_export(run)), "--data", str(shards), "--lang", "cs",
                 "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
                 "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
-        parts[variant] = evaluation(out, args.split)
+            parts[variant] = evaluation(out, args.split)
     table = merged_table(parts, {"original": "", "+cs": " + cs"}, args.root / "extend" / "eval")
     write(ROOT / "docs" / "results" / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
