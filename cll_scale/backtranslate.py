@@ -218,9 +218,9 @@ def run(cfg: BTConfig) -> dict[str, str]:
         if rank == 0:
             write_atomic(state_path, json.dumps({"config": asdict(cfg), "epochs_done": epoch}, indent=1))
         ds.barrier()
-    tables = evaluate(cfg, device) if rank == 0 else {}
-    ds.shutdown()
-    return tables
+    ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
+                         # out a long evaluation in a collective would hit the group's timeout
+    return evaluate(cfg, device) if rank == 0 else {}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -272,9 +272,8 @@ def run(cfg: ExtendConfig) -> dict[str, str]:
         init = build_init_export(cfg, data)
     ds.barrier()
     tuned = fine_tune(cfg, data, init)
-    tables = evaluate(cfg, data, tuned) if rank == 0 else {}
-    ds.shutdown()
-    return tables
+    ds.shutdown()        # before rank 0's evaluation (see cll_scale.backtranslate.run)
+    return evaluate(cfg, data, tuned) if rank == 0 else {}
 
 
 def build_parser() -> argparse.ArgumentParser:
