@@ -52,9 +52,10 @@ def evaluation(out: Path, split: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
-def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path) -> str:
+def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path) -> list[str]:
     """One table from the runs' own evaluations: every model is decoded once, by the command that
-    made it, on the same test set with the same beam."""
+    made it, on the same test set with the same beam. Its JSON and plots go to ``out``, a folder
+    beside the markdown file that links them."""
     merged = {}
     for variant, report in parts.items():
         merged = merged or {**report, "models": {}}
@@ -62,7 +63,10 @@ def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path) -> s
             raise SystemExit(f"{variant}: evaluated with beam {report['beam']}, the others with {merged['beam']}")
         for name, result in report["models"].items():
             merged["models"][f"{variant}{rename.get(name, ' ' + name)}"] = result
-    return write_report(merged, out)
+    lines = [write_report(merged, out), f"![BLEU and off-target]({out.name}/bleu_offtarget.png)"]
+    if (out / "t_weights.png").exists():
+        lines.append(f"![learned t_l]({out.name}/t_weights.png)")
+    return lines
 
 
 def backtranslation(args) -> None:
@@ -80,13 +84,13 @@ def backtranslation(args) -> None:
                 "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
                 "--eval-splits", args.split])
             parts[variant] = evaluation(out, args.split)
-    table = merged_table(parts, {"before": "", after: " + BT"}, args.root / "bt" / "eval")
+    tables = merged_table(parts, {"before": "", after: " + BT"}, ROOT / "docs" / "results" / "backtranslation")
     write(ROOT / "docs" / "results" / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
           [f"Starting points: the centered Baseline and FCLL models of `centered.md`. Each fine-tuned "
            f"{args.bt_epochs} back-translation epoch(s) (paper: 4): every epoch translates {args.bt_rows:,} "
            "target sentences per training direction into a random other language of de/fr/cs (greedy), "
            "then trains one epoch on real + pseudo pairs; fresh optimizer, 500 warm-up steps, peak LR 3e-4.",
-           table])
+           *tables])
 
 
 def extension(args) -> None:
@@ -106,19 +110,19 @@ def extension(args) -> None:
                 "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
                 "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
             parts[variant] = evaluation(out, args.split)
-    table = merged_table(parts, {"original": "", "+cs": " + cs"}, args.root / "extend" / "eval")
+    tables = merged_table(parts, {"original": "", "+cs": " + cs"}, ROOT / "docs" / "results" / "extension")
     write(ROOT / "docs" / "results" / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
            f"Extension: cs from the first {args.ext_pairs:,} en↔cs training pairs (en-cs and cs-en supervised; "
            f"de/fr↔cs zero-shot), {args.ext_steps:,} fine-tuning steps on new + old data, the old languages' "
            "LSLs and t frozen, continuing pre-training's learning-rate schedule. The original models appear "
            "for the old directions only.",
-           table])
+           *tables])
 
 
 def write(path: Path, title: str, parts: list[str]) -> None:
     command = "python scripts/results.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = [f"# {title}", "", f"Command: `{command}`", "", f"Hardware: {hardware()}.", "", *parts]
+    text = [f"# {title}", f"Command: `{command}`", f"Hardware: {hardware()}.", *parts]
     write_atomic(path, "\n\n".join(text) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 

@@ -44,9 +44,13 @@ def test_results_script_merges_the_runs_own_evaluations(tmp_path):
     from results import merged_table
     report = json.loads((ROOT / "docs" / "results" / "triangle" / "test_2016_flickr.json").read_text())
     run = {**report, "models": {"before": report["models"]["baseline"], "after 2 BT epochs": report["models"]["fcll"]}}
-    table = merged_table({"baseline": run, "fcll": run}, {"before": "", "after 2 BT epochs": " + BT"}, tmp_path)
-    merged = json.loads((tmp_path / "results.json").read_text())
+    table, *plots = merged_table({"baseline": run, "fcll": run}, {"before": "", "after 2 BT epochs": " + BT"},
+                                 tmp_path / "bt")
+    merged = json.loads((tmp_path / "bt" / "results.json").read_text())
     assert list(merged["models"]) == ["baseline", "baseline + BT", "fcll", "fcll + BT"]
     assert merged["models"]["fcll + BT"] == report["models"]["fcll"] and "| fcll + BT |" in table
+    # the markdown links the plots by a path relative to the folder that holds it and `bt/`
+    assert plots == ["![BLEU and off-target](bt/bleu_offtarget.png)", "![learned t_l](bt/t_weights.png)"]
+    assert all((tmp_path / "bt" / png).is_file() for png in ("bleu_offtarget.png", "t_weights.png"))
     with pytest.raises(SystemExit, match="beam"):
         merged_table({"baseline": run, "fcll": {**run, "beam": 1}}, {}, tmp_path / "other")
