@@ -101,6 +101,15 @@ def validation_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
     return plot_validation_over_training({name: d / "metrics.jsonl" for name, d in runs.items()}, out_png)
 
 
+def plot_links(report: dict, figs: Path, prefix: str = "") -> list[str]:
+    """Plot one evaluation report (BLEU/off-target; learned t_l when a model has CLL layers) into
+    ``figs``; returns the markdown image links, relative to the folder that holds ``figs``."""
+    from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
+    pngs = {"BLEU and off-target": plot_bleu_offtarget(report, figs / f"{prefix}bleu_offtarget.png"),
+            "learned t_l": plot_t_weights(report, figs / f"{prefix}t_weights.png")}
+    return [f"![{alt}]({figs.name}/{png.name})" for alt, png in pngs.items() if png]
+
+
 def budget_text(budget: dict) -> str:
     parts = ([f"{budget['steps']:,} steps"] if budget["steps"] else []) + \
             ([f"{budget['minutes']:g} minutes"] if budget["minutes"] else [])
@@ -130,14 +139,8 @@ def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict]
     curve = validation_curve_png(runs, figs / "validation_over_training.png")
     if curve:
         lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({condition}/{curve.name})"]
-    from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
     for split, report in reports.items():
-        lines += ["", f"## {split}", "", markdown(report)]
-        png = plot_bleu_offtarget(report, figs / f"{split}_bleu_offtarget.png")
-        lines.append(f"![BLEU and off-target]({condition}/{png.name})")
-        tpng = plot_t_weights(report, figs / f"{split}_t_weights.png")
-        if tpng:
-            lines.append(f"![learned t_l]({condition}/{tpng.name})")
+        lines += ["", f"## {split}", "", markdown(report), *plot_links(report, figs, f"{split}_")]
     path = out / f"{condition}.md"
     write_atomic(path, "\n".join(lines) + "\n")
     return path

@@ -26,11 +26,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.evaluate import write_report  # noqa: E402
+from cll_scale.evaluate import markdown  # noqa: E402
 from cll_scale.manifest import write_atomic  # noqa: E402
-from cll_scale.repro import chosen_export, hardware, train  # noqa: E402
+from cll_scale.repro import chosen_export, hardware, plot_links, train  # noqa: E402
 
 PY = sys.executable
 
@@ -43,7 +44,7 @@ def sh(cmd: list[str]) -> None:
 def repro(args, condition: str) -> None:
     sh([PY, "-m", "cll_scale.repro", "--condition", condition, "--variants", args.variants,
         "--steps-per-model", str(args.steps), "--multi30k", args.multi30k, "--shards-root", str(args.root / "shards"),
-        "--runs-root", str(args.root / "runs"), "--out", str(ROOT / "docs" / "results"), "--ablate-lsl"])
+        "--runs-root", str(args.root / "runs"), "--out", str(RESULTS), "--ablate-lsl"])
 
 
 def evaluation(out: Path, split: str) -> dict:
@@ -63,10 +64,9 @@ def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path) -> l
             raise SystemExit(f"{variant}: evaluated with beam {report['beam']}, the others with {merged['beam']}")
         for name, result in report["models"].items():
             merged["models"][f"{variant}{rename.get(name, ' ' + name)}"] = result
-    lines = [write_report(merged, out), f"![BLEU and off-target]({out.name}/bleu_offtarget.png)"]
-    if (out / "t_weights.png").exists():
-        lines.append(f"![learned t_l]({out.name}/t_weights.png)")
-    return lines
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "results.json", json.dumps(merged, indent=1, ensure_ascii=False))
+    return [markdown(merged), *plot_links(merged, out)]
 
 
 def backtranslation(args) -> None:
@@ -84,8 +84,8 @@ def backtranslation(args) -> None:
                 "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
                 "--eval-splits", args.split])
             parts[variant] = evaluation(out, args.split)
-    tables = merged_table(parts, {"before": "", after: " + BT"}, ROOT / "docs" / "results" / "backtranslation")
-    write(ROOT / "docs" / "results" / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
+    tables = merged_table(parts, {"before": "", after: " + BT"}, RESULTS / "backtranslation")
+    write(RESULTS / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
           [f"Starting points: the centered Baseline and FCLL models of `centered.md`. Each fine-tuned "
            f"{args.bt_epochs} back-translation epoch(s) (paper: 4): every epoch translates {args.bt_rows:,} "
            "target sentences per training direction into a random other language of de/fr/cs (greedy), "
@@ -110,8 +110,8 @@ def extension(args) -> None:
                 "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
                 "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
             parts[variant] = evaluation(out, args.split)
-    tables = merged_table(parts, {"original": "", "+cs": " + cs"}, ROOT / "docs" / "results" / "extension")
-    write(ROOT / "docs" / "results" / "extension.md", "New-language extension (paper §4.4) on Multi30k",
+    tables = merged_table(parts, {"original": "", "+cs": " + cs"}, RESULTS / "extension")
+    write(RESULTS / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
            f"Extension: cs from the first {args.ext_pairs:,} en↔cs training pairs (en-cs and cs-en supervised; "
            f"de/fr↔cs zero-shot), {args.ext_steps:,} fine-tuning steps on new + old data, the old languages' "
