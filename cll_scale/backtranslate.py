@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--eval-splits", default="", help="comma-separated test splits (default: all of --data)")
     p.add_argument("--eval-max-sentences", type=int, default=0)
+    p.add_argument("--eval-beam", type=int, default=4, help="beam of the before/after evaluation")
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                        epochs=args.epochs, beam=args.beam, max_rows=args.max_rows, lr=args.lr,
                        warmup_steps=args.warmup_steps, max_tokens=args.max_tokens, ds_config=args.ds_config,
                        seed=args.seed, eval_splits=split(args.eval_splits),
-                       eval_max_sentences=args.eval_max_sentences)
+                       eval_max_sentences=args.eval_max_sentences, eval_beam=args.eval_beam)
         manifest = Manifest.load(cfg.data)
         unknown = [x for x in cfg.bt_langs if x not in manifest.languages]
         if unknown:

@@ -294,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--eval-splits", default="")
     p.add_argument("--eval-max-sentences", type=int, default=0)
+    p.add_argument("--eval-beam", type=int, default=4, help="beam of the before/after evaluation")
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
@@ -305,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                        pairs=split(args.pairs), out=args.out, max_pairs=args.max_pairs,
                        vocab_size=args.vocab_size, freeze=split(args.freeze), max_steps=args.max_steps,
                        lr=args.lr, max_tokens=args.max_tokens, ds_config=args.ds_config, seed=args.seed,
-                       eval_splits=split(args.eval_splits), eval_max_sentences=args.eval_max_sentences)
+                       eval_splits=split(args.eval_splits), eval_max_sentences=args.eval_max_sentences,
+                       eval_beam=args.eval_beam)
     try:
         check_inputs(cfg)
         tables = run(cfg)

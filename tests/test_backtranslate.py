@@ -37,7 +37,7 @@ def cll_bt(shards, export, out, *extra):
                            "--data", str(shards), "--out", str(out), "--bt-langs", ",".join(BT_LANGS),
                            "--epochs", "2", "--max-rows", str(MAX_ROWS), "--ds-config", "cpu_fp32.json",
                            "--max-tokens", "1024", "--lr", "1e-3", "--warmup-steps", "5",
-                           "--eval-splits", "valid", "--eval-max-sentences", "20", *extra],
+                           "--eval-splits", "valid", "--eval-max-sentences", "20", "--eval-beam", "2", *extra],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
 
 
@@ -74,6 +74,7 @@ def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
     assert lrs == sorted(lrs, reverse=True)         # and the schedule does not (no second warm-up)
     assert "continuing" in res.stderr and "on new data" in res.stderr     # epoch 2 went on from epoch 1
     table = (out / "eval" / "valid" / "results.md").read_text()
+    assert "; beam 2;" in table
     assert "| before |" in table and "| after 2 BT epochs |" in table
     assert "## valid" in res.stdout
 

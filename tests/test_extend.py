@@ -48,6 +48,7 @@ def cll_extend(corpus, shards, export, out, *extra):
                            "--lang", "cs", "--corpus", str(corpus), "--pairs", "en-cs,cs-en", "--max-pairs", "200",
                            "--vocab-size", "600", "--out", str(out), "--max-steps", "8", "--ds-config", "cpu_fp32.json",
                            "--max-tokens", "1024", "--eval-splits", "test_2016_flickr", "--eval-max-sentences", "10",
+                           "--eval-beam", "2",
                            *extra], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
 
 
@@ -111,6 +112,7 @@ def test_cll_extend_end_to_end(pretrained, tmp_path):
     info = json.loads((out / "init-export" / "export.json").read_text())
     assert info["pretrain"]["step"] == 12
     table = (out / "eval" / "test_2016_flickr" / "results.md").read_text()
+    assert "; beam 2;" in table
     assert "| original |" in table and "| +cs | en-cs |" in table and "| +cs | de-cs | zero-shot |" in table
 
     # Re-running resumes (nothing rebuilt); bad arguments are clear errors.

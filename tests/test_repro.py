@@ -54,3 +54,24 @@ def test_results_script_merges_the_runs_own_evaluations(tmp_path):
     assert all((tmp_path / "bt" / png).is_file() for png in ("bleu_offtarget.png", "t_weights.png"))
     with pytest.raises(SystemExit, match="beam"):
         merged_table({"baseline": run, "fcll": {**run, "beam": 1}}, {}, tmp_path / "other")
+
+
+def test_extension_summary_keeps_old_and_new_directions_apart():
+    """Read the triangle report as if cs were the new language: de-fr (supervised) and fr-de
+    (zero-shot) are old; fr-cs, cs-de supervised and cs-fr, de-cs zero-shot are new. A model
+    evaluated on the old directions only gets dashes, not averages of nothing."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from results import extension_summary
+    report = json.loads((ROOT / "docs" / "results" / "triangle" / "test_2016_flickr.json").read_text())
+    full = report["models"]["fcll"]
+    by = {d["direction"]: d for d in full["directions"]}
+    old_only = {**full, "directions": [by["de-fr"], by["fr-de"]]}
+    table = extension_summary({**report, "models": {"original": old_only, "+cs": full}}, "cs")
+    head, _, original, extended = table.strip().split("\n")
+    assert head.count("|") == 8 and "zero-shot with cs off-target" in head
+    mean = lambda *ds: sum(by[d]["bleu"] for d in ds) / len(ds)   # noqa: E731
+    cells = [c.strip() for c in extended.split("|")[2:-1]]
+    assert cells == [f"{by['de-fr']['bleu']:.2f}", f"{by['fr-de']['bleu']:.2f}", f"{by['fr-de']['off_target']:.2f}%",
+                     f"{mean('fr-cs', 'cs-de'):.2f}", f"{mean('cs-fr', 'de-cs'):.2f}",
+                     f"{(by['cs-fr']['off_target'] + by['de-cs']['off_target']) / 2:.2f}%"]
+    assert [c.strip() for c in original.split("|")[2:-1]][3:] == ["–", "–", "–"]
