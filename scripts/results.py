@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="test_2016_flickr", help="test set of the BT and extension tables")
     p.add_argument("--bt-epochs", type=int, default=2)
     p.add_argument("--bt-rows", type=int, default=3000)
-    p.add_argument("--ext-pretrain-steps", type=int, default=3000)
+    p.add_argument("--ext-pretrain-steps", type=int, default=2000)
     p.add_argument("--ext-pairs", type=int, default=5000)
     p.add_argument("--ext-steps", type=int, default=1000)
     args = p.parse_args(argv)
