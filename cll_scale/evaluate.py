@@ -243,6 +243,13 @@ def parse_models(specs: list[str]) -> dict[str, str]:
     return models
 
 
+def add_before_after_arguments(p: argparse.ArgumentParser) -> None:
+    """The evaluation flags of the commands that end with a before/after table (cll-bt, cll-extend)."""
+    p.add_argument("--eval-splits", default="", help="comma-separated test splits (default: every test split)")
+    p.add_argument("--eval-max-sentences", type=int, default=0, help="evaluate only the first N of each direction")
+    p.add_argument("--eval-beam", type=int, default=4, help="beam of the before/after evaluation")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")

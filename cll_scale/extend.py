@@ -37,7 +37,7 @@ import torch
 from cll_scale import engine as ds
 from cll_scale.config import ModelConfig
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import compare, pairs_from_shards, print_tables, write_report
+from cll_scale.evaluate import add_before_after_arguments, compare, pairs_from_shards, print_tables, write_report
 from cll_scale.export import load_export, write_export
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, write_atomic
@@ -292,9 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--ds-config", default="auto")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--eval-splits", default="")
-    p.add_argument("--eval-max-sentences", type=int, default=0)
-    p.add_argument("--eval-beam", type=int, default=4, help="beam of the before/after evaluation")
+    add_before_after_arguments(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return p
 

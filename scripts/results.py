@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.evaluate import markdown  # noqa: E402
+from cll_scale.evaluate import DirectionResult, averages, markdown  # noqa: E402
 from cll_scale.manifest import write_atomic  # noqa: E402
 from cll_scale.repro import chosen_export, hardware, plot_links, train  # noqa: E402
 
@@ -73,21 +73,17 @@ def extension_summary(report: dict, lang: str) -> str:
     """Paper §4.4 asks two things of an extension: does the new language work, supervised and
     zero-shot, and do the old directions keep their quality? The generic summary cannot say: its
     averages mix old and new directions for the extended models and not for the originals."""
-    groups = [("old supervised", False, "supervised"), ("old zero-shot", False, "zero-shot"),
-              (f"supervised with {lang}", True, "supervised"), (f"zero-shot with {lang}", True, "zero-shot")]
-    head = []
-    for label, _, kind in groups:
-        head += [f"{label} BLEU"] + ([f"{label} off-target"] if kind == "zero-shot" else [])
+    head = ["old supervised BLEU", "old zero-shot BLEU", "old zero-shot off-target", f"supervised with {lang} BLEU",
+            f"zero-shot with {lang} BLEU", f"zero-shot with {lang} off-target"]
     lines = ["| model | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
     for name, result in report["models"].items():
+        rows = [DirectionResult(**d) for d in result["directions"]]
         cells = []
-        for _, new, kind in groups:
-            rows = [d for d in result["directions"]
-                    if d["kind"] == kind and (lang in d["direction"].split("-")) == new]
-            mean = lambda key: sum(d[key] for d in rows) / len(rows)   # noqa: E731
-            cells.append(f"{mean('bleu'):.2f}" if rows else "–")
-            if kind == "zero-shot":
-                cells.append(f"{mean('off_target'):.2f}%" if rows else "–")
+        for new in (False, True):
+            groups = averages([r for r in rows if (lang in r.direction.split("-")) == new], None)
+            sup, zero = groups.get("supervised"), groups.get("zero-shot")
+            cells += [f"{sup['bleu']:.2f}" if sup else "–", f"{zero['bleu']:.2f}" if zero else "–",
+                      f"{zero['off_target']:.2f}%" if zero else "–"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
