@@ -19,6 +19,7 @@ Stages (the budgets are the CPU ones we could afford; on a GPU raise them with t
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import shlex
 import subprocess
@@ -88,6 +89,21 @@ def extension_summary(report: dict, lang: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def frozen_check(out: Path) -> str:
+    """Paper §4.4 keeps the old languages' CLL parameters fixed: measured on the finished run, not
+    assumed — the frozen tensors of the fine-tuned export against the grown model it started from."""
+    from safetensors.torch import load_file
+    start = load_file(out / "init-export" / "model.safetensors")
+    tuned = load_file(chosen_export(out / "run") / "model.safetensors")
+    patterns = json.loads((out / "run" / "config.json").read_text(encoding="utf-8"))["train"]["freeze"]
+    frozen = [n for n in start if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    if not frozen:
+        return "nothing frozen (no LSLs)"
+    same = sum(start[n].equal(tuned[n]) for n in frozen)
+    moved = sum(not start[n].equal(tuned[n]) for n in start if n not in frozen)
+    return f"{same} of {len(frozen)} frozen tensors bit-identical, {moved} of {len(start) - len(frozen)} others changed"
+
+
 def backtranslation(args) -> None:
     shards = args.root / "shards" / "multi30k-centered"
     after = f"after {args.bt_epochs} BT epochs"
@@ -131,6 +147,8 @@ def extension(args) -> None:
             parts[variant] = evaluation(out, args.split)
     tables = merged_table(parts, {"original": "", "+cs": " + cs"}, RESULTS / "extension",
                           lambda merged: extension_summary(merged, "cs"))
+    vocab = json.loads((args.root / "extend" / "fcll" / "spm_extension.json").read_text(encoding="utf-8"))
+    checks = "; ".join(f"{v}: {frozen_check(args.root / 'extend' / v)}" for v in parts)
     write(RESULTS / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
            f"Extension: cs from the first {args.ext_pairs:,} en↔cs training pairs (en-cs and cs-en supervised; "
@@ -138,6 +156,9 @@ def extension(args) -> None:
            "LSLs and t frozen, continuing pre-training's learning-rate schedule. The original models appear "
            "for the old directions only. The first table averages the old directions (en/de/fr) apart from "
            "those with cs; off-target is the paper's (plain langdetect).",
+           f"Vocabulary {vocab['old_size']:,} → {vocab['new_size']:,}: {vocab['added']:,} cs pieces and the cs tag "
+           f"appended ({len(vocab['dropped'])} candidate pieces left out because they would change how old-language "
+           f"text splits). Frozen parameters after fine-tuning — {checks}.",
            *tables])
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import sentencepiece as spm
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from cll_scale.export import load_export
 from cll_scale.extend import grow_model, old_cll_patterns
@@ -108,6 +108,15 @@ def test_cll_extend_end_to_end(pretrained, tmp_path):
               and k.rsplit(".", 2)[1] in ("w1", "b1", "w2", "b2", "t")]
     assert frozen and all(torch.equal(w0[k], w1[k]) for k in frozen)
     assert not torch.equal(w0["decoder.0.ffn.w1.2"], w1["decoder.0.ffn.w1.2"])    # cs's LSL learned
+    # ... and the report's measurement of it (scripts/results.py) agrees, and can say otherwise.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from results import frozen_check
+    assert frozen_check(out).startswith(f"{len(frozen)} of {len(frozen)} frozen tensors bit-identical")
+    moved = tmp_path / "moved"
+    (moved / "init-export").mkdir(parents=True)
+    save_file({**w0, frozen[0]: w0[frozen[0]] + 1}, str(moved / "init-export" / "model.safetensors"))
+    os.symlink(out / "run", moved / "run")
+    assert frozen_check(moved).startswith(f"{len(frozen) - 1} of {len(frozen)} frozen")
     assert not torch.equal(w0["embed.weight"], w1["embed.weight"])
     info = json.loads((out / "init-export" / "export.json").read_text())
     assert info["pretrain"]["step"] == 12
