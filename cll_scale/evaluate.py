@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections import Counter
@@ -225,9 +226,12 @@ def write_report(report: dict, out: str | Path) -> str:
 
 
 def print_tables(prog: str, argv: list[str] | None, tables: dict[str, str]) -> None:
-    """The closing output of the CLIs that end in an evaluation: the command, then a table per split."""
-    command = f"{prog} " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    print(f"Command: `{command}`\n")
+    """The closing output of the CLIs that end in an evaluation: the command, then a table per split.
+    Under ``deepspeed`` the launcher's ``--local_rank=N`` is not part of what the user typed."""
+    argv = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--local_rank=")]
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    ranks = f" ({world} ranks)" if world > 1 else ""
+    print(f"Command: `{prog} {' '.join(shlex.quote(a) for a in argv)}`{ranks}\n")
     for split, table in tables.items():
         print(f"## {split}\n\n{table}")
 

@@ -11,6 +11,7 @@ import pytest
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
 from tests.conftest import ROOT
+from tests.test_train import DEEPSPEED, free_port
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 BT_LANGS = ["de", "fr", "cs"]
@@ -32,8 +33,8 @@ def small_model(small_multiway, tmp_path):
     return shards, run / "export"
 
 
-def cll_bt(shards, export, out, *extra):
-    return subprocess.run([sys.executable, "-m", "cll_scale.backtranslate", "--model", str(export),
+def cll_bt(shards, export, out, *extra, launcher=(sys.executable, "-m")):
+    return subprocess.run([*launcher, "cll_scale.backtranslate", "--model", str(export),
                            "--data", str(shards), "--out", str(out), "--bt-langs", ",".join(BT_LANGS),
                            "--epochs", "2", "--max-rows", str(MAX_ROWS), "--ds-config", "cpu_fp32.json",
                            "--max-tokens", "1024", "--lr", "1e-3", "--warmup-steps", "5",
@@ -41,12 +42,8 @@ def cll_bt(shards, export, out, *extra):
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.slow
-def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
-    shards, export = small_model
-    out = tmp_path / "bt"
-    res = cll_bt(shards, export, out)
-    assert res.returncode == 0, res.stderr[-3000:]
+def check_epochs(shards, out):
+    """Both epochs' data: a verified manifest, every planned pair accounted for, the real data linked."""
     assert json.loads((out / "bt.json").read_text())["epochs_done"] == 2
     original = Manifest.load(shards)
     for epoch in (1, 2):
@@ -66,6 +63,15 @@ def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
         assert real <= {s.file for s in m.splits["train"].shards}
         f = next(iter(real))
         assert os.stat(data / f).st_ino == os.stat(shards / f).st_ino
+
+
+@pytest.mark.slow
+def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
+    shards, export = small_model
+    out = tmp_path / "bt"
+    res = cll_bt(shards, export, out)
+    assert res.returncode == 0, res.stderr[-3000:]
+    check_epochs(shards, out)
     rows = [json.loads(x) for x in (out / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "loss" in r]
     steps, epochs, lrs = ([r[k] for r in train] for k in ("step", "epoch", "lr"))
@@ -80,7 +86,7 @@ def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
 
     # An interruption in epoch 2's generation: finished chunks are kept, the missing one is made.
     parts = sorted((out / "parts" / "epoch-2").glob("*.json"))
-    assert len(parts) == len(original.splits["train"].directions())
+    assert len(parts) == len(Manifest.load(shards).splits["train"].directions())
     state = json.loads((out / "bt.json").read_text())
     (out / "bt.json").write_text(json.dumps({**state, "epochs_done": 1}))
     import shutil
@@ -97,3 +103,21 @@ def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
     assert res.returncode == 2 and "other settings" in res.stderr
     res = cll_bt(shards, export, tmp_path / "bt2", "--bt-langs", "de,xx")
     assert res.returncode == 2 and "xx" in res.stderr and "(en, cs, de, fr)" in res.stderr
+
+
+@pytest.mark.slow
+def test_back_translation_on_two_ranks(small_model, tmp_path):
+    """`deepspeed --num_gpus 2` (one thread per rank): the ranks share generation and training,
+    rank 0 evaluates after the group is gone, both exit cleanly, and the printed command is the
+    one the user typed (the launcher's --local_rank left out)."""
+    shards, export = small_model
+    out = tmp_path / "bt"
+    launcher = (DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module")
+    res = cll_bt(shards, export, out, launcher=launcher)
+    assert res.returncode == 0, res.stderr[-3000:]
+    check_epochs(shards, out)
+    assert "Command: `cll-bt --model" in res.stdout and "` (2 ranks)" in res.stdout
+    assert "--local_rank" not in res.stdout.split("Command:")[1].splitlines()[0]
+    assert "| after 2 BT epochs |" in (out / "eval" / "valid" / "results.md").read_text()
+    assert "terminate called" not in res.stderr
+
