@@ -85,6 +85,19 @@ def git_commit() -> str:
         return "unknown"
 
 
+def frozen_names(names: list[str], patterns: list[str]) -> set[str]:
+    """The parameter names that ``train.freeze`` globs select; a glob that selects nothing is an
+    error, not a silent no-op (a typo would otherwise train what was meant to stay fixed)."""
+    frozen: set[str] = set()
+    for pattern in patterns:
+        hits = fnmatch.filter(names, pattern)
+        if not hits:
+            raise ValueError(f"freeze pattern {pattern!r} matches no parameter (names look like "
+                             f"{names[0]}, {names[-1]})")
+        frozen.update(hits)
+    return frozen
+
+
 class Trainer:
     """The loop and its bookkeeping; DeepSpeed only through :mod:`cll_scale.engine`."""
 
@@ -156,14 +169,7 @@ class Trainer:
         init = load_export(cfg.init_from)[0].state_dict() if needed else None
         if init is not None and not tag:
             self.model.load_state_dict(init, strict=True)
-        names = [n for n, _ in self.model.named_parameters()]
-        frozen: set[str] = set()
-        for pattern in cfg.freeze:
-            hits = fnmatch.filter(names, pattern)
-            if not hits:
-                raise ValueError(f"freeze pattern {pattern!r} matches no parameter (names look like "
-                                 f"{names[0]}, {names[-1]})")
-            frozen.update(hits)
+        frozen = frozen_names([n for n, _ in self.model.named_parameters()], cfg.freeze)
         for name, param in self.model.named_parameters():
             if name in frozen:
                 param.requires_grad_(False)

@@ -19,7 +19,6 @@ Stages (the budgets are the CPU ones we could afford; on a GPU raise them with t
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import shlex
 import subprocess
@@ -33,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from cll_scale.evaluate import DirectionResult, averages, markdown  # noqa: E402
 from cll_scale.manifest import write_atomic  # noqa: E402
 from cll_scale.repro import chosen_export, hardware, plot_links, train  # noqa: E402
+from cll_scale.train import frozen_names  # noqa: E402
 
 PY = sys.executable
 
@@ -96,7 +96,7 @@ def frozen_check(out: Path) -> str:
     start = load_file(out / "init-export" / "model.safetensors")
     tuned = load_file(chosen_export(out / "run") / "model.safetensors")
     patterns = json.loads((out / "run" / "config.json").read_text(encoding="utf-8"))["train"]["freeze"]
-    frozen = [n for n in start if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    frozen = frozen_names(list(start), patterns)
     if not frozen:
         return "nothing frozen (no LSLs)"
     same = sum(start[n].equal(tuned[n]) for n in frozen)
@@ -147,7 +147,8 @@ def extension(args) -> None:
             parts[variant] = evaluation(out, args.split)
     tables = merged_table(parts, {"original": "", "+cs": " + cs"}, RESULTS / "extension",
                           lambda merged: extension_summary(merged, "cs"))
-    vocab = json.loads((args.root / "extend" / "fcll" / "spm_extension.json").read_text(encoding="utf-8"))
+    # every variant grows the same vocabulary (same SentencePiece model, same cs text)
+    vocab = json.loads((args.root / "extend" / next(iter(parts)) / "spm_extension.json").read_text(encoding="utf-8"))
     checks = "; ".join(f"{v}: {frozen_check(args.root / 'extend' / v)}" for v in parts)
     write(RESULTS / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
