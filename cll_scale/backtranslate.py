@@ -32,7 +32,8 @@ from cll_scale import engine as ds
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import add_before_after_arguments, compare, pairs_from_shards, print_tables, write_report
 from cll_scale.languages import Direction
-from cll_scale.manifest import Manifest, Shard, write_atomic
+from cll_scale.manifest import Manifest, Shard
+from cll_scale.outputs import atomic_dir, write_atomic
 from cll_scale.train import Interrupted, Trainer, set_threads
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -124,7 +125,7 @@ def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world
 
 def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
     """Real shards (linked) + pseudo pairs as one shard directory ``data/epoch-K``."""
-    from data_tools.build import BuildConfig, atomic_dir, link_shards, write_direction
+    from data_tools.build import BuildConfig, link_shards, write_direction
     data, out = Path(cfg.data), Path(cfg.out) / "data" / f"epoch-{epoch}"
     if (out / "manifest.json").exists():
         return out

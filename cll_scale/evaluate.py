@@ -29,7 +29,8 @@ import sacrebleu
 
 from cll_scale.decoding import DecodeConfig
 from cll_scale.langid import detect
-from cll_scale.manifest import Manifest, write_atomic
+from cll_scale.manifest import Manifest
+from cll_scale.outputs import write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 

@@ -40,7 +40,8 @@ from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import add_before_after_arguments, compare, pairs_from_shards, print_tables, write_report
 from cll_scale.export import load_export, write_export
 from cll_scale.languages import Direction
-from cll_scale.manifest import Manifest, write_atomic
+from cll_scale.manifest import Manifest
+from cll_scale.outputs import atomic_dir, write_atomic
 from cll_scale.model import CLLTransformer
 from cll_scale.train import Interrupted, Trainer, set_threads
 from cll_scale.translate import TranslateConfig, Translator
@@ -129,7 +130,7 @@ def check_inputs(cfg: ExtendConfig) -> None:
 
 def build_data(cfg: ExtendConfig) -> Path:
     """``out/data``: old shards + the new language's, one manifest, the extended vocabulary."""
-    from data_tools.build import BuildConfig, atomic_dir, build_shards, link_shards
+    from data_tools.build import BuildConfig, build_shards, link_shards
     from data_tools.spm_extend import extend_sentencepiece
     out, data = Path(cfg.out), Path(cfg.data)
     final = out / "data"
@@ -145,7 +146,7 @@ def build_data(cfg: ExtendConfig) -> Path:
     write_atomic(out / "spm_extension.json", json.dumps(dataclasses.asdict(result), indent=1, ensure_ascii=False))
     new_dir = out / "new-shards"
     if not (new_dir / "manifest.json").exists():
-        build_shards(corpus, BuildConfig(out_dir=str(new_dir), overwrite=True, spm_model=str(out / "spm.model"),
+        build_shards(corpus, BuildConfig(out_dir=str(new_dir), spm_model=str(out / "spm.model"),
                                          block_rows=old.block_rows, max_tokens=old.max_tokens))
     new = Manifest.load(new_dir)
     merged = Manifest.from_json(old.to_json())

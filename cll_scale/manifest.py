@@ -13,11 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cll_scale.languages import Direction
+from cll_scale.outputs import write_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -33,23 +33,6 @@ def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> str:
         while chunk := f.read(block):
             h.update(chunk)
     return h.hexdigest()
-
-
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Readers of ``path`` see the old file or the whole new one, never a partial write (a run can
-    be killed at any moment; resumption reads these files back)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass

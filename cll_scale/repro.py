@@ -25,7 +25,7 @@ import torch
 
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, markdown, pairs_from_shards
-from cll_scale.manifest import write_atomic
+from cll_scale.outputs import write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 ROOT = Path(__file__).resolve().parents[1]

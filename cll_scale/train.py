@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 from cll_scale import engine as ds
 from cll_scale.config import PRESETS, apply_overrides, build_configs, load_recipe
 from cll_scale.export import export_model_config, load_export, write_export
-from cll_scale.manifest import Manifest, write_atomic
+from cll_scale.manifest import Manifest
+from cll_scale.outputs import write_atomic
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.stream import ShardStream, eval_batches
 

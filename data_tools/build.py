@@ -6,7 +6,6 @@ place at the very end, so an interrupted or failed build never looks complete, a
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -18,7 +17,8 @@ import sentencepiece as spm
 from tqdm.auto import tqdm
 
 from cll_scale.languages import Direction, lang_tag
-from cll_scale.manifest import Manifest, Shard, SplitInfo, TokenizerInfo, sha256_file
+from cll_scale.manifest import MANIFEST, Manifest, ManifestError, Shard, SplitInfo, TokenizerInfo, sha256_file
+from cll_scale.outputs import atomic_dir, check_output
 from data_tools.sources import Corpus, CorpusError
 from data_tools.tokenizer import check_sentencepiece, train_sentencepiece
 
@@ -146,22 +146,26 @@ def _write_split(split, sp: spm.SentencePieceProcessor, root: Path, cfg: BuildCo
         info.shards.extend(writer.close())
 
 
-def _remove_stale_temps(out: Path) -> None:
-    """Temporary directories of builds whose process is gone (killed mid-build)."""
-    for stale in out.parent.glob(f".{out.name}.tmp-*"):
-        try:
-            pid = int(stale.name.rsplit("-", 1)[1])
-            os.kill(pid, 0)
-        except (ValueError, ProcessLookupError):
-            shutil.rmtree(stale, ignore_errors=True)
-        except PermissionError:
-            pass
+def shard_dir_strangers(path: Path) -> list[str] | None:
+    """What in ``path`` a shard build did not write (``None``: no manifest, not a shard build).
+    A build's files are its manifest, the tokenizer and the shards the manifest lists."""
+    if not (path / MANIFEST).is_file():
+        return None
+    try:
+        manifest = Manifest.load(path)
+    except ManifestError:
+        return None
+    tokenizer = manifest.tokenizer.file      # SentencePiece writes its .vocab beside the model
+    ours = {MANIFEST, tokenizer, str(Path(tokenizer).with_suffix(".vocab"))} | {s.file for split in manifest.splits.values() for s in split.shards}
+    ours |= {str(Path(f).parent) for f in ours} - {"."}
+    return sorted(rel for rel in (str(p.relative_to(path)) for p in path.rglob("*")) if rel not in ours)
 
 
 def build_shards(corpus: Corpus, cfg: BuildConfig) -> Manifest:
-    out = Path(cfg.out_dir).resolve()
-    if out.exists() and not cfg.overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+    """Build into ``cfg.out_dir``. An existing output is replaced only with ``overwrite`` and only
+    when it is a shard build holding nothing else; an output overlapping the corpus is refused."""
+    out = check_output(cfg.out_dir, inputs=[corpus.path], overwrite=cfg.overwrite, kind="shard directory",
+                       strangers=shard_dir_strangers)
     with atomic_dir(out, replace=True) as tmp:
         return _build_into(corpus, cfg, tmp)
 
@@ -232,29 +236,3 @@ def link_shards(manifest: Manifest, sources: list[tuple[Path, list[Shard]]], out
         shutil.copyfile(spm_model, out / manifest.tokenizer.file)
     manifest.verify(out, full=False)
     manifest.save(out)
-
-
-@contextlib.contextmanager
-def atomic_dir(out: Path, replace: bool = False):
-    """Yield a temporary sibling of ``out``, renamed to ``out`` when the block succeeds and
-    removed when it fails: a directory is either complete or absent. With ``replace`` an existing
-    ``out`` is swapped out only once the new one is complete."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(out)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        if out.exists() and not replace:
-            raise FileExistsError(f"{out} appeared while it was being built")
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

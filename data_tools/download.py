@@ -9,31 +9,30 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 import urllib.request
 from pathlib import Path
+
+from cll_scale.outputs import atomic_dir, check_output
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
 MULTI30K_FILES = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr", "test_2018_flickr")
                   for lang in ("en", "de", "fr", "cs")]
 
 
+def multi30k_strangers(path: Path) -> list[str] | None:
+    """What in ``path`` is not a Multi30k file (``None`` when it holds none of them)."""
+    names = {p.name for p in path.iterdir()}
+    if not names & set(MULTI30K_FILES):
+        return None
+    return sorted(names - set(MULTI30K_FILES))
+
+
 def download_multi30k(out: str | os.PathLike, base_url: str = MULTI30K_URL, overwrite: bool = False) -> Path:
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
-    tmp = out.parent / f".{out.name}.download-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    out = check_output(out, overwrite=overwrite, kind="Multi30k download", strangers=multi30k_strangers)
+    with atomic_dir(out, replace=True) as tmp:
         for name in MULTI30K_FILES:
             with urllib.request.urlopen(f"{base_url.rstrip('/')}/{name}.gz", timeout=60) as resp:
                 data = gzip.decompress(resp.read())
             data.decode("utf-8")   # fail here, not later, on a broken download
             (tmp / name).write_bytes(data)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-        return out
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -19,7 +19,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
 from cll_scale.languages import check_language, lang_tag
-from cll_scale.manifest import write_atomic
+from cll_scale.outputs import write_atomic
 
 NORMAL, CONTROL = pb.ModelProto.SentencePiece.NORMAL, pb.ModelProto.SentencePiece.CONTROL
 # SentencePiece rejects a vocabulary the text cannot fill and names the largest size that works.

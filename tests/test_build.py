@@ -168,14 +168,84 @@ def test_flipped_byte_fails_verify_naming_the_shard(small_multiway, tmp_path, ca
 
 def test_existing_output_is_refused_unless_overwrite(small_multiway, tmp_path, capsys):
     out = tmp_path / "o"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
     argv = ["build", "--input", str(small_multiway), "--out", str(out), "--vocab-size", "1200"]
+    assert run_cli(main, argv, capsys)[0] == 0
+    first = (out / "manifest.json").read_text()
     code, _, err = run_cli(main, argv, capsys)
-    assert code == 2 and "exists; pass --overwrite" in err and (out / "keep.txt").exists()
-    code, _, err = run_cli(main, argv + ["--overwrite"], capsys)
-    assert code == 0 and not (out / "keep.txt").exists() and Manifest.load(out).languages[0] == "en"
+    assert code == 2 and "exists; pass --overwrite" in err
+    code, _, err = run_cli(main, argv + ["--overwrite", "--seed", "2"], capsys)
+    assert code == 0, err
+    assert (out / "manifest.json").read_text() != first and Manifest.load(out).languages[0] == "en"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o", "small"]
+    # Every file we write is readable by others, as open() would make it (not mkstemp's 0600).
+    assert (out / "manifest.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask():
+    import os
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _tree(path):
+    return sorted((str(p.relative_to(path)), p.read_bytes() if p.is_file() else None) for p in path.rglob("*"))
+
+
+def test_overwrite_never_deletes_what_cll_shards_did_not_write(small_multiway, tmp_path, capsys):
+    """Finding 1 of the misuse probe: --overwrite deleted a user's corpus, an unrelated
+    directory and a symlink's target. Each case is now refused, and every byte stays."""
+    parent = tmp_path / "parent"
+    corpus = parent / "corpus"
+    shutil.copytree(small_multiway, corpus)
+    (parent / "other.txt").write_text("unrelated")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "thesis.tex").write_text("years of work")
+    link = tmp_path / "link"
+    link.symlink_to(victim, target_is_directory=True)
+    before = {p: _tree(p) for p in (parent, victim)}
+
+    def build(out, extra=()):
+        return run_cli(main, ["build", "--input", str(corpus), "--out", str(out), "--vocab-size", "1200",
+                              "--overwrite", *extra], capsys)
+    code, _, err = build(corpus)                         # the corpus itself
+    assert code == 2 and "is the input" in err
+    code, _, err = build(parent)                         # a directory holding the corpus
+    assert code == 2 and "contains the input" in err
+    code, _, err = build(corpus / "shards")              # inside the corpus
+    assert code == 2 and "sits inside the input" in err
+    code, _, err = build(victim)                         # a plain directory of the user's
+    assert code == 2 and "not a shard directory" in err and "thesis.tex" in err
+    code, _, err = build(link)                           # a symlink to it
+    assert code == 2 and "not a shard directory" in err and "thesis.tex" in err
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    code, _, err = build(afile)
+    assert code == 2 and "is a file" in err and afile.read_text() == "keep"
+    assert {p: _tree(p) for p in (parent, victim)} == before and link.resolve() == victim.resolve()
+    # A shard build the user added a file to is not ours alone any more: refused, naming it.
+    shards = tmp_path / "shards"
+    assert build(shards)[0] == 0
+    (shards / "notes.md").write_text("mine")
+    code, _, err = build(shards)
+    assert code == 2 and "notes.md" in err and (shards / "notes.md").read_text() == "mine"
+    # A symlink to a real shard build is replaced through the link (the link stays a link).
+    (shards / "notes.md").unlink()
+    shard_link = tmp_path / "shard-link"
+    shard_link.symlink_to(shards, target_is_directory=True)
+    code, _, err = build(shard_link, ["--seed", "3"])
+    assert code == 0, err
+    assert shard_link.is_symlink() and Manifest.load(shard_link).source["spm"]["seed"] == 3
+
+
+def test_download_overwrite_replaces_only_a_multi30k_download(tmp_path, capsys):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "data.csv").write_text("mine")
+    code, _, err = run_cli(main, ["download", "multi30k", "--out", str(victim), "--overwrite",
+                                  "--base-url", (tmp_path / "nowhere").as_uri()], capsys)
+    assert code == 2 and "not a Multi30k download" in err and (victim / "data.csv").read_text() == "mine"
 
 
 def test_failed_build_leaves_nothing_and_keeps_the_old_output(small_multiway, tmp_path, monkeypatch):
