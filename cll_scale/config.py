@@ -146,7 +146,8 @@ class TrainConfig:
                                          # valid_decode_sentences), or "" for no selection
     ckpt_every: int = 1000
     keep_last: int = 3
-    log_every: int = 50
+    log_every: int = 50                  # also how often the host reads the device's metrics
+    max_skips_in_a_row: int = 50         # skipped steps (non-finite, out of memory) that end the run
     seed: int = 1
     export: bool = True
 
@@ -161,6 +162,8 @@ class TrainConfig:
             raise ValueError(f"best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
         if self.keep_last < 1:
             raise ValueError("keep_last must be >= 1")
+        if min(self.log_every, self.valid_every, self.ckpt_every, self.max_skips_in_a_row) < 1:
+            raise ValueError("log_every, valid_every, ckpt_every and max_skips_in_a_row must be >= 1")
 
 
 def load_recipe(path: str | Path) -> dict:

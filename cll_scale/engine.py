@@ -18,6 +18,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DS_CONFIGS = ROOT / "ds_configs"
+_HOST_GROUP = None     # a gloo group for host numbers when the training group is NCCL
 
 
 def _free_port() -> int:
@@ -45,6 +46,9 @@ def init_distributed() -> tuple[int, int, int]:
     if not torch.distributed.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
+    global _HOST_GROUP
+    if _HOST_GROUP is None and torch.distributed.get_backend() != "gloo":   # every rank, same order
+        _HOST_GROUP = torch.distributed.new_group(backend="gloo")
     local = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local)
@@ -57,9 +61,11 @@ def shutdown() -> None:
     at exit ("terminate called without an active exception"); destroying the group while the
     other rank was still communicating did too (1 test in 10). Call it on success only: after a
     failure the barrier would wait for ranks that are gone."""
+    global _HOST_GROUP
     if torch.distributed.is_initialized():
         torch.distributed.barrier()      # no rank tears its connections down while another still talks
         torch.distributed.destroy_process_group()
+    _HOST_GROUP = None
 
 
 def device() -> torch.device:
@@ -67,8 +73,58 @@ def device() -> torch.device:
     return torch.device(get_accelerator().current_device_name())
 
 
-def default_ds_config() -> Path:
-    return DS_CONFIGS / ("gpu_bf16.json" if torch.cuda.is_available() else "cpu_bf16.json")
+def cpu_bf16_speedup(threads: int | None = None) -> float:
+    """bf16 ÷ fp32 matmul throughput on this CPU (> 1: bf16 is faster), cached per CPU model,
+    instruction set, torch version and thread count. Without avx512_bf16 or AMX, bf16 is emulated
+    and was measured here at a quarter of fp32's speed; with avx512_bf16, at about twice."""
+    import hashlib
+    import platform
+    import time
+    threads = threads or torch.get_num_threads()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = platform.processor()
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = " ".join(sorted({f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f in info.split()}))
+    key = hashlib.sha256(f"{model}|{flags}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cll-scale" / f"cpu-bf16-{key}.json"
+    try:
+        return float(json.loads(cache.read_text())["speedup"])
+    except (OSError, ValueError, KeyError):
+        pass
+    a = torch.randn(512, 1024)
+    b = torch.randn(1024, 1024)
+
+    def best(dtype) -> float:
+        x, y = a.to(dtype), b.to(dtype)
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            torch.mm(x, y)
+            times.append(time.perf_counter() - t)
+        return min(times[1:])
+    speedup = best(torch.float32) / best(torch.bfloat16)
+    try:
+        from cll_scale.outputs import write_atomic
+        write_atomic(cache, json.dumps({"speedup": speedup, "cpu": model, "flags": flags, "threads": threads}))
+    except OSError:
+        pass
+    return speedup
+
+
+def default_ds_config() -> tuple[Path, str]:
+    """The engine settings ``auto`` stands for, and why: bf16 on a GPU; on a CPU bf16 only where
+    a short matmul probe finds it faster than fp32."""
+    if torch.cuda.is_available():
+        return DS_CONFIGS / "gpu_bf16.json", "a CUDA device is present"
+    speedup = cpu_bf16_speedup()
+    faster = speedup > 1.1
+    if torch.distributed.is_initialized():     # every rank must run the same engine settings
+        faster = host_all_reduce([float(faster)], "min")[0] > 0
+    name = "cpu_bf16.json" if faster else "cpu_fp32.json"
+    return DS_CONFIGS / name, (f"bf16 matmuls run {speedup:.2f}x as fast as fp32 on this CPU"
+                               + ("" if faster == (speedup > 1.1) else "; not on every rank's"))
 
 
 def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | Path,
@@ -79,7 +135,11 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
     A microbatch is one token-budget batch from the stream, so DeepSpeed's "micro batch" is 1;
     the global batch is then ``1 × grad_accum × world_size`` microbatches, checked here.
     """
-    path = default_ds_config() if str(path) == "auto" else Path(path)
+    if str(path) == "auto":
+        path, why = default_ds_config()
+        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
+            print(f"[cll-scale] ds_config auto: {path.name} ({why})", file=sys.stderr, flush=True)
+    path = Path(path)
     if not path.is_file() and (DS_CONFIGS / path).is_file():
         path = DS_CONFIGS / path
     cfg = json.loads(Path(path).read_text())
@@ -90,8 +150,14 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
         raise ValueError(f"{path}: {sorted(clash)} are training settings (TrainConfig / the recipe), "
                          f"not engine settings")
     micro, accum = 1, train_cfg.grad_accum
+    # Our client optimizer (GuardedAdamW) clips on the device; DeepSpeed's clipping reads the norm
+    # on the host every step (0.19.8: is_invalid_grad_norm), and under ZeRO-2 its norm is a Python
+    # loop over every parameter, so both are switched off when the client optimizer is in charge.
+    client = "optimizer" not in cfg
     cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=accum,
-               gradient_clipping=train_cfg.clip_norm)
+               gradient_clipping=0.0 if client else train_cfg.clip_norm)
+    if client and zero_stage(cfg) == 2:
+        cfg["zero_optimization"]["compute_grad_norm"] = False
     # Deliberately no train_batch_size: it would pin the world size and break resuming on
     # another one (ECOSYSTEM.md); DeepSpeed derives it and we check the product here.
     if micro * accum * world_size < 1:
@@ -99,12 +165,20 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
     if "optimizer" in cfg:   # DeepSpeed's own optimizer (e.g. for CPU offload): our settings
         cfg["optimizer"]["params"] = dict(lr=train_cfg.lr, betas=list(train_cfg.betas), eps=train_cfg.eps,
                                           weight_decay=train_cfg.weight_decay)
+        if cfg.get("bf16", {}).get("enabled"):
+            # Our skip-on-non-finite guard lives in the client optimizer (GuardedAdamW); without it
+            # DeepSpeed's own check (one host sync per step) must keep a bad step out.
+            cfg["bf16"]["check_grad_overflow"] = True
     for monitor in ("csv_monitor", "tensorboard", "wandb"):
         if cfg.get(monitor, {}).get("enabled"):
             cfg[monitor]["output_path"] = str(Path(run_dir) / "monitor") + "/"
     if load_universal:
         cfg.setdefault("checkpoint", {})["load_universal"] = True
     return cfg
+
+
+def zero_stage(ds_config: dict) -> int:
+    return int(ds_config.get("zero_optimization", {}).get("stage", 0))
 
 
 def initialize(model: torch.nn.Module, ds_config: dict, optimizer_factory, scheduler_factory):
@@ -207,17 +281,14 @@ def all_gather_object(obj) -> list:
     return out
 
 
-def all_reduce_sum(values: list[float], dev) -> list[float]:
-    t = torch.tensor(values, dtype=torch.float64, device=dev)
-    torch.distributed.all_reduce(t)
+def host_all_reduce(values: list[float], op: str = "sum") -> list[float]:
+    """Reduce a few host numbers over ranks through a gloo group on CPU tensors: the training
+    loop's per-step agreement (stop signal, budget) never waits for the GPU's queue to drain."""
+    t = torch.tensor(values, dtype=torch.float64)
+    ops = {"sum": torch.distributed.ReduceOp.SUM, "max": torch.distributed.ReduceOp.MAX,
+           "min": torch.distributed.ReduceOp.MIN}
+    torch.distributed.all_reduce(t, op=ops[op], group=_HOST_GROUP)
     return t.tolist()
-
-
-def all_finite(value: torch.Tensor) -> bool:
-    """Whether ``value`` is finite on every rank (so that all ranks skip a bad step together)."""
-    flag = torch.isfinite(value.detach()).all().to(torch.float32).reshape(1)
-    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
-    return bool(flag.item())
 
 
 def barrier() -> None:

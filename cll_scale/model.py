@@ -123,7 +123,9 @@ class LangGroups:
     def from_slots(cls, slots: torch.Tensor) -> "LangGroups":
         b = slots.shape[0]
         lo, hi = torch.aminmax(slots)
-        lo, hi = int(lo), int(hi)     # one sync per forward, not per sentence
+        # Host reads per forward, never per sentence: the range here and, for a mixed batch, the
+        # group sizes and the order check below.
+        lo, hi = int(lo), int(hi)
         if lo == hi:
             return cls([(lo, 0, b)])
         order = torch.argsort(slots, stable=True)
@@ -249,6 +251,7 @@ class CLLTransformer(nn.Module):
         # tgt_lang id (manifest order) -> LSL slot, -1 for the central language.
         slots = [cfg.lsl_languages.index(x) if x in cfg.lsl_languages else -1 for x in cfg.languages]
         self.register_buffer("lang_slot", torch.tensor(slots or [-1], dtype=torch.long), persistent=False)
+        self._host_slots = slots
 
     # -- pieces (also used by incremental decoding) ------------------------------------------
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -266,9 +269,13 @@ class CLLTransformer(nn.Module):
             x = layer(x, mask)
         return self.enc_norm(x), mask
 
-    def lang_groups(self, tgt_lang: torch.Tensor) -> LangGroups | None:
+    def lang_groups(self, tgt_lang: torch.Tensor, batch_lang: int | None = None) -> LangGroups | None:
+        """``batch_lang``: the one target language of every row, when the caller knows it on the
+        host (training microbatches): then no device value is read."""
         if not self.cfg.cll_layers:
             return None
+        if batch_lang is not None:
+            return LangGroups([(self._host_slots[batch_lang], 0, tgt_lang.shape[0])])
         return LangGroups.from_slots(self.lang_slot[tgt_lang])
 
     def decode(self, prev_tokens, enc_out, enc_mask, tgt_lang, cache: list | None = None, offset: int = 0,
@@ -285,9 +292,10 @@ class CLLTransformer(nn.Module):
         return [{"self": {}, "cross": {}} for _ in self.decoder]
 
     def forward(self, src_tokens: torch.Tensor, prev_output_tokens: torch.Tensor,
-                tgt_lang: torch.Tensor) -> torch.Tensor:
+                tgt_lang: torch.Tensor, batch_lang: int | None = None) -> torch.Tensor:
         enc_out, enc_mask = self.encode(src_tokens)
-        return self.decode(prev_output_tokens, enc_out, enc_mask, tgt_lang)
+        return self.decode(prev_output_tokens, enc_out, enc_mask, tgt_lang,
+                           groups=self.lang_groups(tgt_lang, batch_lang))
 
     # -- helpers -------------------------------------------------------------------------------
     def shift_right(self, tgt_tokens: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ def plot_training_curves(metrics_path: str | Path, out_png: str | Path) -> Path 
     if not path.is_file():
         return None
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    train = [r for r in rows if "loss" in r]
+    train = [r for r in rows if r.get("loss") is not None]
     valid = [r for r in rows if "valid_nll" in r]
     plt = _pyplot()
     fig, (ax, ax_lr) = plt.subplots(1, 2, figsize=(11, 4))

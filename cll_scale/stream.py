@@ -67,9 +67,21 @@ class Batch:
     lines: torch.Tensor | None = None   # (B,) line numbers in the corpus, for tracing rows
 
     def to(self, device, non_blocking: bool = False) -> "Batch":
-        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        """To ``device``. On CUDA the rows go through pinned memory and copy asynchronously: a copy
+        from pageable memory would make the host wait for the GPU's queued work."""
+        device = torch.device(device)
+        if device.type == "cuda":
+            move = lambda t: t.pin_memory().to(device, non_blocking=True)  # noqa: E731
+        else:
+            move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Batch(move(self.src_tokens), move(self.tgt_tokens), move(self.src_lang),
                      move(self.tgt_lang), self.direction, self.ntokens, self.lines)
+
+    def head(self, rows: int, tokens: int) -> "Batch":
+        """The first ``rows`` rows cut to ``tokens`` positions (the trainer's out-of-memory stand-in)."""
+        tgt = self.tgt_tokens[:rows, :tokens]
+        return Batch(self.src_tokens[:rows, :tokens], tgt, self.src_lang[:rows], self.tgt_lang[:rows],
+                     self.direction, int(tgt.numel()), None if self.lines is None else self.lines[:rows])
 
     def __len__(self) -> int:
         return self.src_tokens.shape[0]

@@ -1,0 +1,280 @@
+"""Speed of the real trainer (cll-train's loop through DeepSpeed) beside the plain PyTorch step of
+the same model, at the same batches, measured side by side in one process.
+
+    python bench/bench_train.py --data data/shards/multi30k-centered              # CPU, small
+    python bench/bench_train.py --data SHARDS --device cuda --preset base --max-tokens 24000
+    python bench/bench_train.py --data SHARDS --only configs                       # the ZeRO table
+
+Parts:
+* ``trainer``  tokens/s of ``Trainer.run_step`` (train step, agreement between ranks, metrics
+               window, log lines) ÷ tokens/s of a plain step (model, loss, backward, fused AdamW),
+               blocks of steps alternating on the same batches (target on a GPU: ≥ 0.85).
+* ``configs``  the same ratio for engine settings side by side: ZeRO stage 0/1/2, bucket sizes,
+               overlap_comm, contiguous_gradients, DeepSpeed's own overflow check and gradient
+               norm (what our client optimizer replaces), gradient clipping off, and (CPU) fp32
+               against bf16.
+* ``langs``    FCLL ÷ Baseline step time through the DeepSpeed engine with 16 and with 99 target
+               languages (OPUS-100's shape: 98 LSLs per CLL layer), synthetic batches of one target
+               language each, cycling over the languages (target ≤ 1.04).
+Each trainer runs in this process, one rank; the plain step uses the trainer's precision (bf16
+weights when the engine runs bf16, as ``bench_model.py``'s plain step does).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cll_scale import engine as ds  # noqa: E402
+from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
+from cll_scale.train import Trainer  # noqa: E402
+
+
+class Recorder:
+    """Wraps the trainer's stream: every batch it hands out is kept for the plain step."""
+
+    def __init__(self, stream):
+        self.stream, self.taken = stream, []
+
+    def __next__(self):
+        batch = next(self.stream)
+        self.taken.append(batch)
+        return batch
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def plain_step_fn(trainer: Trainer):
+    """The same architecture, initial weights and precision as the trainer, trained by hand."""
+    dtype = torch.bfloat16 if trainer.engine.bfloat16_enabled() else torch.float32
+    torch.manual_seed(trainer.cfg.seed)
+    model = CLLTransformer(trainer.model_cfg).to(trainer.device, dtype=dtype).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    langs = {x: i for i, x in enumerate(trainer.manifest.languages)}
+
+    def step(batch):
+        dev = batch.to(trainer.device)
+        lang = langs[batch.direction.split("-")[1]]
+        logits = model(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, batch_lang=lang)
+        loss, _ = label_smoothed_loss(logits, dev.tgt_tokens, model.cfg.pad_id, 0.1)
+        (loss / batch.ntokens).backward()
+        if trainer.cfg.clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.cfg.clip_norm, foreach=True)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+def measure(trainer: Trainer, blocks: int, block_steps: int, warmup: int) -> dict:
+    """Alternate blocks of trainer steps and plain steps on the batches the trainer just used."""
+    device = trainer.device
+    trainer.stream = Recorder(trainer.stream)
+    plain = plain_step_fn(trainer)
+    trainer.engine.train()
+    rates = {"trainer": [], "plain": []}
+    for block in range(warmup + blocks):
+        trainer.stream.taken = []
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(block_steps):
+            trainer.run_step()
+        sync(device)
+        t_trainer = time.perf_counter() - t
+        batches = trainer.stream.taken
+        tokens = sum(b.ntokens for b in batches)
+        sync(device)
+        t = time.perf_counter()
+        for b in batches:
+            plain(b)
+        sync(device)
+        t_plain = time.perf_counter() - t
+        if block >= warmup:
+            rates["trainer"].append(tokens / t_trainer)
+            rates["plain"].append(tokens / t_plain)
+    trainer_rate, plain_rate = statistics.median(rates["trainer"]), statistics.median(rates["plain"])
+    return {"trainer_tok_s": trainer_rate, "plain_tok_s": plain_rate, "trainer_over_plain": trainer_rate / plain_rate,
+            "tokens_per_step": tokens / block_steps}
+
+
+def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | None = None) -> Trainer:
+    if isinstance(ds_config, dict):
+        path = run_dir.parent / f"{run_dir.name}-ds.json"
+        path.write_text(json.dumps(ds_config))
+        ds_config = str(path)
+    train = {"data": args.data, "run_dir": str(run_dir), "ds_config": ds_config, "max_steps": 10 ** 9,
+             "log_every": args.block_steps, "valid_every": 10 ** 9, "ckpt_every": 10 ** 9, "export": False,
+             "warmup_steps": 100}
+    if clip_norm is not None:
+        train["clip_norm"] = clip_norm
+    recipe = {"preset": args.preset, "model": {"variant": args.variant},
+              "data": {"max_tokens": args.max_tokens, "verify": "size"}, "train": train}
+    return Trainer(recipe)
+
+
+def base_config(args, device) -> dict:
+    name = ("gpu_bf16.json" if device.type == "cuda" else
+            "cpu_bf16.json" if ds.cpu_bf16_speedup() > 1.1 else "cpu_fp32.json")
+    return json.loads((ds.DS_CONFIGS / name).read_text()), name
+
+
+def variants(args, device) -> list[tuple[str, dict, float | None]]:
+    base, name = base_config(args, device)
+    bf16 = base.get("bf16", {}).get("enabled", False)
+
+    def edit(**zero):
+        cfg = copy.deepcopy(base)
+        cfg["zero_optimization"].update(zero)
+        return cfg
+    rows = [(f"{name} (shipped)", base, None),
+            ("stage 1", edit(stage=1), None),
+            ("stage 0", edit(stage=0), None),
+            ("buckets 5e7", edit(reduce_bucket_size=int(5e7), allgather_bucket_size=int(5e7)), None),
+            ("buckets 5e8", edit(reduce_bucket_size=int(5e8), allgather_bucket_size=int(5e8)), None),
+            ("overlap_comm " + ("off" if base["zero_optimization"].get("overlap_comm") else "on"),
+             edit(overlap_comm=not base["zero_optimization"].get("overlap_comm")), None),
+            ("contiguous_gradients off", edit(contiguous_gradients=False), None),
+            ("+ DeepSpeed's gradient norm (per-parameter loop)", edit(compute_grad_norm=True), None),
+            ("no gradient clipping", base, 0.0),
+            ("csv_monitor off", {k: v for k, v in base.items() if k != "csv_monitor"}, None)]
+    if bf16:
+        overflow = copy.deepcopy(base)
+        overflow["bf16"]["check_grad_overflow"] = True
+        rows.append(("+ DeepSpeed's overflow check (host sync)", overflow, None))
+    if device.type == "cpu":
+        other = "cpu_fp32.json" if bf16 else "cpu_bf16.json"
+        rows.append((other, json.loads((ds.DS_CONFIGS / other).read_text()), None))
+    return rows
+
+
+def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
+    """A training step of ``model`` through the DeepSpeed engine, as cll-train builds it."""
+    from cll_scale.config import TrainConfig
+    from cll_scale.optim import GuardedAdamW
+    cfg = TrainConfig(lr=1e-4, warmup_steps=100)
+    ds_cfg = ds.make_ds_config(ds_cfg_path, cfg, 1, tmp)
+    holder = {}
+
+    def optimizer(m):
+        holder["opt"] = GuardedAdamW(m.parameters(), clip_norm=cfg.clip_norm, partitioned=ds.zero_stage(ds_cfg) > 0,
+                                     lr=cfg.lr, betas=cfg.betas)
+        return holder["opt"]
+    engine = ds.initialize(model, ds_cfg, optimizer, lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0))
+
+    def step(batch, lang: int):
+        src, tgt, tgt_lang = batch
+        logits = engine(src, engine.module.shift_right(tgt), tgt_lang, batch_lang=lang)
+        loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
+        engine.backward(loss / tgt.numel())
+        holder["opt"].loss_ok = torch.isfinite(loss)
+        engine.step()
+    return step, engine
+
+
+def part_langs(args, device, tmp: Path) -> list[dict]:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_model import synthetic_batch
+    from cll_scale.config import PRESETS, ModelConfig
+    b, s, t = args.shape or ([128, 32, 32] if device.type == "cpu" else [256, 64, 64])
+    base_cfg, _ = base_config(args, device)
+    path = tmp / "langs-ds.json"
+    path.write_text(json.dumps(base_cfg))
+    vocab = 8000 if args.preset in ("tiny", "small") else 32000
+    rows = []
+    for n in (16, 99):
+        languages = ["en"] + [f"x{i:02d}" for i in range(n)]
+        steps, tensors = {}, {}
+        for variant in ("baseline", "fcll"):
+            torch.manual_seed(0)
+            model = CLLTransformer(ModelConfig(**PRESETS[args.preset], vocab_size=vocab, languages=languages,
+                                               central_language="en", variant=variant))
+            tensors[variant] = sum(1 for _ in model.parameters())
+            steps[variant], _ = engine_step_fn(model, str(path), tmp)
+        batches = [synthetic_batch(b, s, t, vocab, device, lang=1 + i % n) for i in range(16)]
+        times = {v: [] for v in steps}
+        for block in range(args.warmup + args.blocks):
+            for v, fn in steps.items():
+                sync(device)
+                start = time.perf_counter()
+                for i in range(args.block_steps):
+                    k = (block * args.block_steps + i) % len(batches)
+                    fn(batches[k], 1 + k % n)
+                sync(device)
+                if block >= args.warmup:
+                    times[v].append(time.perf_counter() - start)
+        med = {v: statistics.median(x) for v, x in times.items()}
+        rows.append({"target_languages": n, "preset": args.preset, "fcll_over_baseline": med["fcll"] / med["baseline"],
+                     "baseline_tensors": tensors["baseline"], "fcll_tensors": tensors["fcll"],
+                     "baseline_step_s": med["baseline"] / args.block_steps, "fcll_step_s": med["fcll"] / args.block_steps})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(ROOT / "data" / "shards" / "multi30k-centered"))
+    p.add_argument("--only", action="append", choices=("trainer", "configs", "langs"))
+    p.add_argument("--shape", type=int, nargs=3, default=None, metavar=("B", "S", "T"),
+                   help="synthetic batch of the langs part (default 128 32 32 on CPU, 256 64 64 on CUDA)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--preset", default="small")
+    p.add_argument("--variant", default="fcll")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--blocks", type=int, default=3)
+    p.add_argument("--block-steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", help="write the results here too")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+        torch.set_num_threads(args.threads)
+    if not (Path(args.data) / "manifest.json").exists():
+        print(f"no shards at {args.data}: build them with cll-shards (make quickstart does)", file=sys.stderr)
+        return 2
+    results: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        todo = []
+        if not args.only or "trainer" in args.only:
+            todo.append(("trainer", [("shipped", "auto", None)]))
+        if not args.only or "configs" in args.only:
+            todo.append(("configs", variants(args, device)))
+        for part, rows in todo:
+            results[part] = []
+            for i, (name, cfg, clip) in enumerate(rows):
+                trainer = make_trainer(args, Path(tmp) / f"{part}{i}", cfg, clip)
+                row = {"setting": name, "preset": args.preset, "variant": args.variant, "device": device.type,
+                       **measure(trainer, args.blocks, args.block_steps, args.warmup)}
+                results[part].append(row)
+                print(part, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
+                      flush=True)
+                del trainer
+        if not args.only or "langs" in args.only:
+            results["langs"] = part_langs(args, device, Path(tmp))
+            for row in results["langs"]:
+                print("langs", json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
+                      flush=True)
+    ds.shutdown()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

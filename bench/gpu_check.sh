@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Every GPU measurement of the training-speed work in one call (about 6 minutes on one H200),
+# packed as one JSON (gpu_check.json) and one archive of the logs (gpu_check.tgz):
+#
+#   bash bench/gpu_check.sh [OUT_DIR]            # default: $OUT, else bench/out/gpu
+#
+# On a machine without deepspeed/langdetect/hjson/pydantic (the lent H200 has none of them and no
+# network) the wheels in .whl/ are installed into a private directory first; build them on a
+# networked machine with `bash scripts/gpu_wheels.sh`. Shards: $SHARDS, else
+# data/shards/multi30k-centered, else built from $MULTI30K (default ../shared/data/multi30k).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-${OUT:-bench/out/gpu}}
+mkdir -p "$OUT_DIR"
+PY=${PYTHON:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+if ! $PY -c "import deepspeed, langdetect" 2>/dev/null; then
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --target /tmp/cll-site .whl/*.whl
+    export PYTHONPATH=/tmp/cll-site:$PYTHONPATH
+  else
+    echo "deepspeed is missing and no wheels are in .whl/ (scripts/gpu_wheels.sh builds them)" >&2
+    exit 2
+  fi
+fi
+export DS_ACCELERATOR=${DS_ACCELERATOR:-cuda}
+SHARDS=${SHARDS:-data/shards/multi30k-centered}
+if [ ! -f "$SHARDS/manifest.json" ]; then
+  $PY -m data_tools build --input "${MULTI30K:-../shared/data/multi30k}" --condition centered --out "$SHARDS" \
+    > "$OUT_DIR/shards.log" 2>&1 || { echo "no shards and none could be built (see shards.log)" >&2; exit 2; }
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT_DIR/gpu.txt" 2>&1
+
+step() {    # step NAME TIMEOUT_S COMMAND...: run, keep its log, never stop the whole check
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT_DIR/$name.log" 2>&1
+  echo "$name: exit $? in $((SECONDS - t0)) s" | tee -a "$OUT_DIR/steps.txt"
+}
+BASE=(--device cuda --preset base)
+step mfu_256x64 60 $PY bench/bench_model.py "${BASE[@]}" --only mfu --json "$OUT_DIR/mfu_256x64.json"
+step mfu_512x128 60 $PY bench/bench_model.py "${BASE[@]}" --only mfu --shape 512 128 128 --json "$OUT_DIR/mfu_512x128.json"
+step fcll16 60 $PY bench/bench_model.py "${BASE[@]}" --only fcll --json "$OUT_DIR/fcll16.json"
+step trainer 90 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only trainer \
+  --blocks 4 --block-steps 10 --json "$OUT_DIR/trainer.json"
+step configs 150 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only configs \
+  --blocks 2 --block-steps 10 --json "$OUT_DIR/configs.json"
+step langs 90 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --only langs --blocks 3 --block-steps 10 \
+  --json "$OUT_DIR/langs.json"
+
+$PY - "$OUT_DIR" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+merged = {"gpu": (out / "gpu.txt").read_text() if (out / "gpu.txt").exists() else "",
+          "steps": (out / "steps.txt").read_text().splitlines() if (out / "steps.txt").exists() else []}
+for f in sorted(out.glob("*.json")):
+    if f.name != "gpu_check.json":
+        merged[f.stem] = json.loads(f.read_text())
+(out / "gpu_check.json").write_text(json.dumps(merged, indent=1))
+EOF
+tar czf "$OUT_DIR/gpu_check.tgz" -C "$OUT_DIR" --exclude gpu_check.tgz .
+echo "wrote $OUT_DIR/gpu_check.json and $OUT_DIR/gpu_check.tgz"

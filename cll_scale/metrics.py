@@ -1,0 +1,103 @@
+"""Training metrics kept on the device between log steps, and the run's ``metrics.jsonl``.
+
+Every per-step number (loss, NLL, tokens, skipped steps) is added into device tensors; the host
+reads them once per ``log_every`` steps in :meth:`MetricsWindow.flush`. That read is the
+training loop's one device→host synchronisation in the steady state.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class TrainRecord:
+    """One ``metrics.jsonl`` line of training (validation lines carry ``valid_*`` keys instead)."""
+    step: int
+    loss: float | None       # label-smoothed loss per target token over the window's applied steps
+    nll: float | None        # (None when every step of the window was skipped)
+    ppl: float | None
+    lr: float
+    tokens_per_s: float      # target tokens of kept steps over the window's training time, all ranks
+    epoch: float
+    grad_norm: float | None
+    skipped: int             # steps of the window skipped on every rank (non-finite or out of memory)
+    elapsed_s: float
+    tokens_seen: int
+
+
+class MetricsWindow:
+    """Device-side sums over the steps since the last log line."""
+
+    def __init__(self, device: torch.device, capacity: int):
+        self.device, self.capacity = device, capacity
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)       # loss, nll, tokens
+        self.skip_flags = torch.zeros(capacity, dtype=torch.float32, device=device)
+        self.consecutive = torch.zeros((), dtype=torch.float32, device=device)   # skipped in a row
+        self.first_step, self.n = 0, 0
+        self.seconds = 0.0
+
+    def add(self, step: int, loss: torch.Tensor, nll: torch.Tensor, tokens: int, ok: torch.Tensor,
+            seconds: float) -> None:
+        """One finished step (``tokens`` on this rank): its sums count only if the step was applied
+        on every rank (``ok``)."""
+        if self.n == 0:
+            self.first_step = step
+        values = torch.stack([loss.double(), nll.double(), torch.full_like(loss, tokens, dtype=torch.float64)])
+        # `tokens` enters as a fill value, not as a copied tensor (a copy would wait for the GPU);
+        # `where`, not a product, so that a skipped step's NaN stays out of the sums.
+        self.sums += torch.where(ok, values, 0.0)
+        bad = 1.0 - ok.float()
+        self.skip_flags[self.n % self.capacity] = bad
+        self.consecutive.mul_(bad).add_(bad)      # +1 on a skipped step, back to 0 on a kept one
+        self.n += 1
+        self.seconds += seconds
+
+    def flush(self) -> tuple[dict, list[int], int]:
+        """Read the window (one sync) and reset it: (sums over all ranks, skipped steps, skipped in
+        a row). Every rank calls it at the same step."""
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            torch.distributed.all_reduce(self.sums)
+        values = torch.cat([self.sums, self.consecutive.double().reshape(1), self.skip_flags.double()]).tolist()
+        (loss, nll, tokens, in_a_row), flags = values[:4], values[4:4 + min(self.n, self.capacity)]
+        in_a_row = int(in_a_row)
+        skipped = [self.first_step + i for i, f in enumerate(flags) if f]
+        out = {"loss": loss, "nll": nll, "tokens": tokens, "seconds": self.seconds}
+        self.sums.zero_()
+        self.skip_flags.zero_()
+        self.n, self.seconds = 0, 0.0
+        return out, skipped, in_a_row
+
+    def record(self, sums: dict, skipped: list[int], **fields) -> TrainRecord:
+        """The log line; with no applied step in the window the loss is unknown (None), not 0."""
+        tokens = sums["tokens"]
+        loss, nll = (sums["loss"] / tokens, sums["nll"] / tokens) if tokens else (None, None)
+        return TrainRecord(loss=loss, nll=nll, ppl=None if nll is None else math.exp(min(nll, 50)),
+                           tokens_per_s=tokens / max(sums["seconds"], 1e-9), skipped=len(skipped), **fields)
+
+
+class MetricsLog:
+    """``metrics.jsonl`` (rank 0 writes; every line is one JSON object with a ``step``)."""
+
+    def __init__(self, path: Path, rank: int):
+        self.path, self.rank = path, rank
+
+    def write(self, record: dict | TrainRecord) -> None:
+        if self.rank == 0:
+            row = asdict(record) if isinstance(record, TrainRecord) else record
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def truncate_after(self, step: int) -> None:
+        """Drop the records a killed run wrote after its last checkpoint: the resumed run writes
+        those steps again, and a curve must not show them twice."""
+        from cll_scale.outputs import write_atomic
+        if self.rank != 0 or not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        write_atomic(self.path, "".join(line + "\n" for line in kept))

@@ -1,0 +1,74 @@
+"""Count the host reads of tensor values in cll-train's steady-state steps (run as a subprocess by
+test_train_step.py; writes one JSON object to ``--report``).
+
+On a GPU each ``.item()``, ``.tolist()``, ``bool(tensor)``, ``float(tensor)``, ``torch.equal``,
+``.nonzero()``, ``.cpu()`` … of a device tensor, and every explicit synchronize, makes the host
+wait until the GPU has drained its queue. On the CPU these calls cost nothing, which is why they
+go unnoticed; here they are counted by wrapping them, and each is attributed to the innermost
+frame of cll_scale or deepspeed that made it (``file:function``)."""
+import collections
+import json
+import sys
+import traceback
+
+import torch
+
+from cll_scale import train as train_mod
+from cll_scale.train import Trainer, build_parser, recipe_from_args
+
+COUNTS: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+STATE = {"step": None}
+
+
+def _site() -> str:
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        f = frame.filename.replace("\\", "/")
+        for root in ("/cll_scale/", "/deepspeed/"):
+            if root in f and not f.endswith("tests/sync_probe.py"):
+                return f[f.index(root) + 1:] + ":" + frame.name
+    return "elsewhere"
+
+
+def _counting(owner, name):
+    real = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        if STATE["step"] is not None:
+            COUNTS[STATE["step"]][f"{name} @ {_site()}"] += 1
+        return real(*args, **kwargs)
+    setattr(owner, name, wrapper)
+
+
+for method in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "cpu", "nonzero"):
+    _counting(torch.Tensor, method)
+for fn in ("equal", "nonzero", "masked_select", "unique", "allclose"):
+    _counting(torch, fn)
+_counting(torch.cuda, "synchronize")
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    report = argv.pop(argv.index("--report") + 1)
+    argv.remove("--report")
+    args = build_parser().parse_args(argv)
+    trainer = Trainer(recipe_from_args(args), resume=args.resume)
+    from deepspeed.accelerator import get_accelerator
+    _counting(type(get_accelerator()), "synchronize")
+    real_step = trainer.train_step
+
+    def counted_step():
+        # A loop iteration runs from one train_step to the next: the step's own work plus the
+        # loop's bookkeeping after it (agreement, metrics, logging) are charged to that step.
+        STATE["step"] = trainer.step + 1
+        return real_step()
+    trainer.train_step = counted_step
+    result = trainer.train()
+    STATE["step"] = None
+    train_mod.ds.shutdown()
+    with open(report, "w") as f:
+        json.dump({"counts": {step: dict(c) for step, c in COUNTS.items()}, "result": result,
+                   "log_every": trainer.cfg.log_every}, f)
+
+
+if __name__ == "__main__":
+    main()
