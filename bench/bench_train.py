@@ -188,6 +188,7 @@ def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
 
 
 def part_langs(args, device, tmp: Path) -> list[dict]:
+    ds.init_distributed()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_model import synthetic_batch
     from cll_scale.config import PRESETS, ModelConfig

@@ -10,7 +10,8 @@ the real pairs plus the pseudo pairs â€” which cover the zero-shot directions â€
 starts over with the updated model. Paper settings: 4 epochs, a fresh optimizer, 500 warm-up
 steps, peak learning rate 3e-4. Layout of ``--out`` (re-running the command resumes it):
 
-    bt.json            settings and the epochs finished
+    settings.json      the settings of the run: a re-run must match them (or pass --restart)
+    bt.json            the epochs finished
     parts/epoch-K/     finished generation chunks: an interrupted epoch does not redo them
     data/epoch-K/      a shard directory: the real shards (hard links) + the pseudo ones (bt.*)
     run/               the fine-tuning run: checkpoints, metrics, export/ (the result)
@@ -29,8 +30,10 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
+from cll_scale.cli import add_before_after_arguments, add_debug_argument, print_tables
+from cll_scale.cli import run as cli_run
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import add_before_after_arguments, compare, pairs_from_shards, print_tables, write_report
+from cll_scale.finetune import before_after, open_output
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, write_atomic
@@ -60,8 +63,27 @@ class BTConfig:
     eval_beam: int = 4
 
     def __post_init__(self):
-        if self.epochs < 1:
-            raise ValueError("epochs must be >= 1")
+        for name in ("epochs", "beam", "chunk_rows", "max_tokens", "eval_beam"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}")
+        for name in ("max_rows", "warmup_steps", "eval_max_sentences"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, not {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"--lr must be > 0, not {self.lr}")
+
+    def check(self) -> None:
+        """What can be wrong with the inputs, before anything is written (on every rank)."""
+        manifest = Manifest.load(self.data)
+        unknown = [x for x in self.bt_langs if x not in manifest.languages]
+        if unknown:
+            raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {self.data} "
+                             f"({', '.join(manifest.languages)})")
+        model = Manifest.load(self.model)        # an export carries the manifest it was trained on
+        if model.languages != manifest.languages or model.tokenizer.sha256 != manifest.tokenizer.sha256:
+            raise ValueError(f"--model {self.model} was not trained on --data {self.data} (languages "
+                             f"{', '.join(model.languages)} vs {', '.join(manifest.languages)}, or another "
+                             f"tokenizer)")
 
 
 # -- generation -----------------------------------------------------------------------------------
@@ -177,51 +199,43 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
                         "new_data": True, "max_epochs": 1.0, "lr": cfg.lr, "warmup_steps": cfg.warmup_steps,
                         "ds_config": cfg.ds_config, "seed": cfg.seed, "best_metric": "", "valid_every": 500,
                         "ckpt_every": 250, "keep_last": 2, "log_every": 25}}
-    Trainer(recipe, resume=ds.latest_tag(run / "checkpoints") is not None).train()
+    Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
 
 
-def evaluate(cfg: BTConfig, device) -> dict[str, str]:
-    manifest = Manifest.load(cfg.data)
-    splits = cfg.eval_splits or [n for n, s in manifest.splits.items() if s.role == "test"]
-    tc = TranslateConfig(DecodeConfig(beam=cfg.eval_beam))
-    models = {"before": Translator(cfg.model, device, tc),
-              f"after {cfg.epochs} BT epochs": Translator(Path(cfg.out) / "run" / "export", device, tc)}
-    tables = {}
-    for split in splits:
-        report = compare(models, pairs_from_shards(cfg.data, split), f"{cfg.data}:{split}", cfg.eval_beam,
-                         max_sentences=cfg.eval_max_sentences, log=lambda s: print(s, file=sys.stderr))
-        tables[split] = write_report(report, Path(cfg.out) / "eval" / split)
-    return tables
-
-
-def run(cfg: BTConfig) -> dict[str, str]:
+def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
     set_threads()
     rank, world, _ = ds.init_distributed()
+    cfg.check()
     out = Path(cfg.out)
-    state_path = out / "bt.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {"epochs_done": 0}
     # More epochs or another evaluation may be asked of a run; anything else would mix two runs.
-    same = lambda c: {k: v for k, v in c.items() if k != "epochs" and not k.startswith("eval")}   # noqa: E731
-    if same(state.get("config", asdict(cfg))) != same(asdict(cfg)):
-        raise ValueError(f"{out} holds a back-translation run with other settings ({state_path}); "
-                         f"use another --out or the same settings")
-    device = ds.device()
-    for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
-        current = cfg.model if epoch == 1 else out / "run" / "export"
-        translator = Translator(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam), max_sentences=128,
-                                                                 max_tokens=12000))
-        chunks = generate(cfg, translator, epoch, rank, world)
-        ds.barrier()
-        if rank == 0:
-            build_epoch_data(cfg, epoch, len(chunks), translator.sp)
-        ds.barrier()
-        train_epoch(cfg, out / "data" / f"epoch-{epoch}")
-        if rank == 0:
-            write_atomic(state_path, json.dumps({"config": asdict(cfg), "epochs_done": epoch}, indent=1))
-        ds.barrier()
-    ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
-                         # out a long evaluation in a collective would hit the group's timeout
-    return evaluate(cfg, device) if rank == 0 else {}
+    lock = open_output(out, "cll-bt", asdict(cfg), {"epochs", "eval_splits", "eval_max_sentences", "eval_beam"},
+                       restart, rank)
+    try:
+        state_path = out / "bt.json"
+        state = json.loads(state_path.read_text()) if state_path.exists() else {"epochs_done": 0}
+        device = ds.device()
+        for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
+            current = cfg.model if epoch == 1 else out / "run" / "export"
+            translator = Translator(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam), max_sentences=128,
+                                                                     max_tokens=12000))
+            chunks = generate(cfg, translator, epoch, rank, world)
+            ds.barrier()
+            if rank == 0:
+                build_epoch_data(cfg, epoch, len(chunks), translator.sp)
+            ds.barrier()
+            train_epoch(cfg, out / "data" / f"epoch-{epoch}")
+            if rank == 0:
+                write_atomic(state_path, json.dumps({"epochs_done": epoch}, indent=1))
+            ds.barrier()
+        ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
+                             # out a long evaluation in a collective would hit the group's timeout
+        if rank != 0:
+            return {}
+        return before_after({"before": cfg.model, f"after {cfg.epochs} BT epochs": out / "run" / "export"},
+                            cfg.data, cfg.eval_splits, cfg.data, cfg.eval_beam, cfg.eval_max_sentences, out, device)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ds-config", default="auto")
     p.add_argument("--seed", type=int, default=1)
     add_before_after_arguments(p)
+    p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
+    add_debug_argument(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
@@ -247,27 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]   # noqa: E731
-    try:
+
+    def body() -> int:
         cfg = BTConfig(model=args.model, data=args.data, out=args.out, bt_langs=split(args.bt_langs),
                        epochs=args.epochs, beam=args.beam, max_rows=args.max_rows, lr=args.lr,
                        warmup_steps=args.warmup_steps, max_tokens=args.max_tokens, ds_config=args.ds_config,
                        seed=args.seed, eval_splits=split(args.eval_splits),
                        eval_max_sentences=args.eval_max_sentences, eval_beam=args.eval_beam)
-        manifest = Manifest.load(cfg.data)
-        unknown = [x for x in cfg.bt_langs if x not in manifest.languages]
-        if unknown:
-            raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {cfg.data} "
-                             f"({', '.join(manifest.languages)})")
-        tables = run(cfg)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        print(f"cll-bt: error: {err}", file=sys.stderr)
-        return 2
-    except Interrupted as stop:
-        print(f"cll-bt: fine-tuning {stop}; re-run the same command to resume", file=sys.stderr)
-        return stop.exit_code
-    if tables:       # rank 0
-        print_tables("cll-bt", argv, tables)
-    return 0
+        try:
+            tables = run(cfg, args.restart)
+        except Interrupted as stop:
+            stop.hint = "re-run the same command to resume"
+            raise
+        if tables:       # rank 0
+            print_tables("cll-bt", argv, tables)
+        return 0
+    return cli_run("cll-bt", body, args.debug)
 
 
 if __name__ == "__main__":

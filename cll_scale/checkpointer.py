@@ -44,10 +44,16 @@ class Checkpointer:
     def latest(self) -> str | None:
         return ds.latest_tag(self.dir)
 
-    def resumable_tag(self, world: int) -> tuple[str | None, bool]:
-        """The tag to resume from, converted to a universal checkpoint when the world size
-        changed; returns (tag, universal)."""
-        tag = self.latest()
+    def exists(self) -> bool:
+        return ds.has_checkpoints(self.dir)
+
+    def resumable_tag(self, world: int, log) -> tuple[str | None, bool]:
+        """The newest complete checkpoint (``latest`` unless it is missing or damaged, which is
+        logged), converted to a universal checkpoint when the world size changed; returns
+        (tag, universal)."""
+        tag, warning = ds.resumable_tag(self.dir)
+        if warning:
+            log(f"warning: {warning}")
         universal = bool(tag) and ds.checkpoint_world_size(self.dir, tag) != world
         if universal:
             tag = ds.convert_to_universal(self.dir, tag)

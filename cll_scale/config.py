@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,16 @@ class ModelConfig:
     residual_layer: int | None = None       # 0-based encoder layer; default encoder_layers // 2
 
     def __post_init__(self):
+        for name in ("dropout", "attention_dropout", "activation_dropout", "cll_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:     # 1.0 divides by zero, above 1 flips the sign of activations
+                raise ValueError(f"model.{name} must be in [0, 1), not {value}")
+        for name in ("vocab_size", "d_model", "n_heads", "ffn_dim", "encoder_layers", "decoder_layers",
+                     "max_positions", "lsl_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, not {getattr(self, name)}")
+        if not math.isfinite(self.t_init):
+            raise ValueError(f"model.t_init must be finite, not {self.t_init}")
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.d_model % self.n_heads:
@@ -153,6 +164,14 @@ class TrainConfig:
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"train.lr must be a positive number, not {self.lr}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"train.betas must be two numbers in [0, 1), not {list(self.betas)}")
+        if not self.eps > 0 or self.weight_decay < 0 or self.clip_norm < 0 or self.warmup_steps < 0:
+            raise ValueError("train.eps must be > 0, and weight_decay, clip_norm, warmup_steps >= 0")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"train.label_smoothing must be in [0, 1), not {self.label_smoothing}")
         if self.grad_accum < 1:
             raise ValueError("grad_accum must be >= 1")
         if min(self.max_steps, self.max_minutes, self.max_epochs) < 0:
@@ -167,18 +186,43 @@ class TrainConfig:
 
 
 def load_recipe(path: str | Path) -> dict:
-    """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "train": {...}}`` in YAML or JSON."""
+    """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "train": {...}}`` in YAML or JSON.
+    A file that does not parse, or whose sections are not mappings, is an error naming the file
+    and line."""
     text = Path(path).read_text(encoding="utf-8")
     if str(path).endswith((".yaml", ".yml")):
         import yaml
-        recipe = yaml.safe_load(text) or {}
+        try:
+            recipe = yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ValueError(f"{path}:{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
     else:
-        recipe = json.loads(text)
+        try:
+            recipe = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}: line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})") from None
+    if not isinstance(recipe, dict):
+        raise ValueError(f"{path}: a recipe is a mapping with sections preset, model, data, train; "
+                         f"this file holds a {type(recipe).__name__}")
     unknown = set(recipe) - {"preset", "model", "data", "train"}
     if unknown:
         raise ValueError(f"{path}: unknown recipe sections {sorted(unknown)} "
                          f"(expected preset, model, data, train)")
+    check_sections(recipe, str(path))
     return recipe
+
+
+def check_sections(recipe: dict, where: str) -> None:
+    """Each section a mapping, the preset a known name."""
+    for section in ("model", "data", "train"):
+        if section in recipe and not isinstance(recipe[section], dict):
+            raise ValueError(f"{where}: section {section!r} must be a mapping of settings "
+                             f"(key: value lines), not {recipe[section]!r}")
+    preset = recipe.get("preset", "small")
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise ValueError(f"{where}: unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
 
 
 def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
@@ -201,6 +245,14 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
 def _coerce(cls, kw: dict) -> dict:
     """Recipe values to the field's type: YAML reads ``7e-4`` as a string and ``1e3`` as a float."""
     out = dict(kw)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in out:
+        if key not in names:
+            import difflib
+            near = difflib.get_close_matches(str(key), names, n=1)
+            section = {"ModelConfig": "model", "StreamConfig": "data", "TrainConfig": "train"}.get(cls.__name__, "")
+            raise ValueError(f"unknown setting {section}.{key}" + (f"; did you mean {section}.{near[0]}?" if near
+                             else f"; {section} settings are {', '.join(names)}"))
     for f in dataclasses.fields(cls):
         if f.name not in out or f.default is dataclasses.MISSING or f.default is None:
             continue
@@ -218,6 +270,7 @@ def _coerce(cls, kw: dict) -> dict:
 def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer) -> tuple:
     """Resolve a recipe against a shard manifest into (ModelConfig, StreamConfig, TrainConfig)."""
     from cll_scale.stream import StreamConfig
+    check_sections(recipe, "recipe")
     model_kw = dict(PRESETS[recipe.get("preset", "small")])
     model_kw.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
                     eos_id=tokenizer.eos_id, languages=list(languages), central_language=central)

@@ -20,8 +20,16 @@ class DecodeConfig:
     min_len: int = 1
 
     def __post_init__(self):
+        import math
         if self.beam < 1:
-            raise ValueError("beam must be >= 1")
+            raise ValueError(f"beam must be >= 1, not {self.beam}")
+        if not math.isfinite(self.len_penalty):
+            raise ValueError(f"len_penalty must be a finite number, not {self.len_penalty}")
+        if not (math.isfinite(self.max_len_a) and self.max_len_a >= 0) or self.max_len_b < 1:
+            raise ValueError(f"max length = a * source length + b needs a >= 0 and b >= 1 "
+                             f"(got a={self.max_len_a}, b={self.max_len_b}): otherwise every output is empty")
+        if self.min_len < 0:
+            raise ValueError(f"min_len must be >= 0, not {self.min_len}")
 
 
 class Stepper(Protocol):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from cll_scale.outputs import write_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 DS_CONFIGS = ROOT / "ds_configs"
 _HOST_GROUP = None     # a gloo group for host numbers when the training group is NCCL
@@ -30,7 +32,8 @@ def _free_port() -> int:
 def init_distributed() -> tuple[int, int, int]:
     """Join (or, without a launcher, create) the process group. Returns (rank, world, local rank).
 
-    Without a launcher DeepSpeed would try MPI discovery (ECOSYSTEM.md): set a one-process world.
+    Without a launcher DeepSpeed would try MPI discovery (and fail without mpi4py): set a
+    one-process world.
     """
     import deepspeed
     from deepspeed.utils import logger
@@ -40,7 +43,7 @@ def init_distributed() -> tuple[int, int, int]:
         os.environ.setdefault("MASTER_PORT", str(_free_port()))
     if not torch.cuda.is_available():
         # On CPU DeepSpeed's comm backend JIT-compiles a shared-memory all-reduce kernel
-        # (70-110 s, ECOSYSTEM.md) that only its inference path uses; training talks through
+        # (70-110 s on 2 cores) that only its inference path uses; training talks through
         # gloo. Marking the op unavailable (DeepSpeed keeps this dict for such edits) skips it.
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     if not torch.distributed.is_initialized():
@@ -106,7 +109,6 @@ def cpu_bf16_speedup(threads: int | None = None) -> float:
         return min(times[1:])
     speedup = best(torch.float32) / best(torch.bfloat16)
     try:
-        from cll_scale.outputs import write_atomic
         write_atomic(cache, json.dumps({"speedup": speedup, "cpu": model, "flags": flags, "threads": threads}))
     except OSError:
         pass
@@ -159,7 +161,7 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
     if client and zero_stage(cfg) == 2:
         cfg["zero_optimization"]["compute_grad_norm"] = False
     # Deliberately no train_batch_size: it would pin the world size and break resuming on
-    # another one (ECOSYSTEM.md); DeepSpeed derives it and we check the product here.
+    # another one (DeepSpeed asserts the product); it derives it and we check it here.
     if micro * accum * world_size < 1:
         raise ValueError("micro-batch × accumulation × world size must be >= 1")
     if "optimizer" in cfg:   # DeepSpeed's own optimizer (e.g. for CPU offload): our settings
@@ -210,18 +212,25 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_
     engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
     torch.distributed.barrier()
     if engine.global_rank == 0:
-        (ckpt_dir / tag / "cll_meta.json").write_text(json.dumps(
-            {"step": step, "world_size": torch.distributed.get_world_size()}))
+        # What the checkpoint holds, so that a resume can tell a complete one from a damaged one
+        # (every rank's files are visible here: checkpoints live on a shared file system).
+        files = {str(f.relative_to(ckpt_dir / tag)): f.stat().st_size
+                 for f in sorted((ckpt_dir / tag).rglob("*")) if f.is_file() and f.name != META}
+        write_atomic(ckpt_dir / tag / META, json.dumps(
+            {"step": step, "world_size": torch.distributed.get_world_size(), "files": files}))
         if fault == "crash_in_save":      # test hook: die with the files written, before the commit
             os._exit(137)
-        tmp = ckpt_dir / ".latest.tmp"
-        tmp.write_text(tag)
-        os.replace(tmp, ckpt_dir / "latest")
-        older = sorted(p.name for p in ckpt_dir.glob("step*")
-                       if p.is_dir() and not p.name.endswith("_universal") and p.name < tag)
-        for old in older[:max(0, len(older) - (keep_last - 1))]:
-            shutil.rmtree(ckpt_dir / old, ignore_errors=True)
-            shutil.rmtree(ckpt_dir / f"{old}_universal", ignore_errors=True)
+        write_atomic(ckpt_dir / "latest", tag)
+        # Keep the newest keep_last complete checkpoints (the one just written among them);
+        # incomplete leftovers older than it go too.
+        older = sorted((p.name for p in ckpt_dir.glob("step*")
+                        if p.is_dir() and not p.name.endswith("_universal") and p.name < tag), reverse=True)
+        complete = [t for t in older if checkpoint_problem(ckpt_dir, t) is None]
+        kept = set(complete[:keep_last - 1])
+        for old in older:
+            if old not in kept:
+                shutil.rmtree(ckpt_dir / old, ignore_errors=True)
+                shutil.rmtree(ckpt_dir / f"{old}_universal", ignore_errors=True)
     torch.distributed.barrier()
     return tag
 
@@ -230,16 +239,67 @@ def tag_for(step: int) -> str:
     return f"step{step:08d}"
 
 
+META = "cll_meta.json"
+
+
 def latest_tag(ckpt_dir: Path) -> str | None:
+    """The tag ``latest`` names (it may be missing or damaged: see :func:`resumable_tag`)."""
     latest = ckpt_dir / "latest"
-    if not latest.is_file():
-        return None
-    tag = latest.read_text().strip()
-    return tag if (ckpt_dir / tag).is_dir() else None
+    return latest.read_text().strip() if latest.is_file() else None
+
+
+def has_checkpoints(ckpt_dir: Path) -> bool:
+    return (ckpt_dir / "latest").is_file() or any(p.is_dir() for p in ckpt_dir.glob("step*"))
+
+
+def checkpoint_problem(ckpt_dir: Path, tag: str) -> str | None:
+    """None if ``tag`` is complete: its files are all there at the sizes recorded when it was
+    committed. Otherwise what is wrong."""
+    d = ckpt_dir / tag
+    if not d.is_dir():
+        return "missing"
+    try:
+        meta = json.loads((d / META).read_text())
+    except (OSError, ValueError):
+        return f"no readable {META} (never committed)"
+    files = meta.get("files")
+    if files is None:       # written before sizes were recorded: the files DeepSpeed must have
+        optim = len(list(d.glob("*optim_states.pt")))
+        model = any(d.glob("*model_states.pt"))
+        return None if model and optim == meta.get("world_size") else "model or optimizer states missing"
+    for name, size in files.items():
+        f = d / name
+        if not f.is_file():
+            return f"{name} missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {size} when it was written"
+    return None
+
+
+def resumable_tag(ckpt_dir: Path) -> tuple[str | None, str]:
+    """The checkpoint to resume from: the one ``latest`` names if it is complete, else the newest
+    complete one, with a warning naming both. No complete checkpoint at all is an error."""
+    named = latest_tag(ckpt_dir)
+    problem = checkpoint_problem(ckpt_dir, named) if named else "no latest file"
+    if named and problem is None:
+        return named, ""
+    tags = sorted((p.name for p in ckpt_dir.glob("step*") if p.is_dir() and not p.name.endswith("_universal")),
+                  reverse=True)
+    problems = {t: checkpoint_problem(ckpt_dir, t) for t in tags}
+    good = [t for t in tags if problems[t] is None]
+    if good:
+        return good[0], (f"{ckpt_dir / 'latest'} names {named} ({problem}); resuming from {good[0]}, "
+                         f"the newest complete checkpoint" if named else
+                         f"{ckpt_dir} has no latest file; resuming from {good[0]}, the newest complete checkpoint")
+    if not tags and not named:
+        return None, ""
+    listing = "; ".join(f"{t}: {why}" for t, why in problems.items()) or "no step directory"
+    raise ValueError(f"{ckpt_dir}: no complete checkpoint to resume from (latest names {named or 'nothing'}"
+                     f"{f', {problem}' if named else ''}; {listing})")
 
 
 def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
-    meta = ckpt_dir / tag / "cll_meta.json"
+    meta = ckpt_dir / tag / META
     if meta.is_file():
         return json.loads(meta.read_text())["world_size"]
     return len(list((ckpt_dir / tag).glob("*optim_states.pt")))

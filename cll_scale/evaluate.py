@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shlex
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -27,10 +25,11 @@ from pathlib import Path
 import pyarrow as pa
 import sacrebleu
 
+from cll_scale.cli import add_debug_argument, non_negative_int, parse_models, pick_device, positive_int, run
 from cll_scale.decoding import DecodeConfig
 from cll_scale.langid import detect
 from cll_scale.manifest import Manifest
-from cll_scale.outputs import write_atomic
+from cll_scale.outputs import OutputError, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 
@@ -98,11 +97,17 @@ def pairs_from_shards(shard_dir: str | Path, split: str) -> dict[str, tuple[list
 
 def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, tuple[list[str], list[str]]]:
     """Raw test text straight from a corpus (multi-way ``{split}.{lang}`` or OPUS-100 layout)."""
-    from data_tools.cli import detect_format
-    from data_tools.sources import canonical_split, read_multiway, read_opus100
+    from data_tools.sources import _SPLIT_ALIASES, canonical_split, detect_format, read_multiway, read_opus100
     fmt = detect_format(path)
     if fmt == "multiway":
+        # valid / val / dev name one split: take whichever the corpus has files for.
+        names = [split, canonical_split(split)] + [k for k, v in _SPLIT_ALIASES.items() if v == canonical_split(split)]
+        split = next((n for n in names if any((Path(path) / f"{n}.{x}").exists() for x in languages)), split)
         langs = [x for x in languages if (Path(path) / f"{split}.{x}").exists()]
+        if not langs:
+            have = sorted({f.name.rsplit(".", 1)[0] for f in Path(path).iterdir() if f.is_file() and "." in f.name})
+            raise ValueError(f"{path}: no split {split!r} for languages {', '.join(languages)} (no file "
+                             f"{split}.<lang>); splits there: {', '.join(have) or 'none'}")
         every = ",".join(f"{a}-{b}" for a in langs for b in langs if a != b)
         corpus = read_multiway(path, every, langs=langs)
     elif fmt == "opus100":
@@ -130,13 +135,20 @@ def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, 
 def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
                    directions: list[str] | None = None, use_lsl: bool = True, max_sentences: int = 0,
                    log=print) -> dict:
+    """Score every direction of ``pairs`` (or of ``directions``) that the model can translate; the
+    others are listed under ``skipped`` with the reason, and logged, never dropped in silence."""
+    if max_sentences < 0:
+        raise ValueError(f"max_sentences must be >= 0 (0: all), not {max_sentences}")
     m = translator.manifest
-    results, signature = [], None
+    results, signature, skipped = [], None, {}
     for direction in sorted(pairs):
         if directions and direction not in directions:
             continue
         src_lang, tgt_lang = direction.split("-")
-        if src_lang not in m.languages or tgt_lang not in m.languages:
+        missing = [x for x in (src_lang, tgt_lang) if x not in m.languages]
+        if missing:
+            skipped[direction] = f"the model has no {' and no '.join(missing)}"
+            log(f"  {direction:<6} skipped: {skipped[direction]}")
             continue
         srcs, refs = pairs[direction]
         if max_sentences:
@@ -148,7 +160,7 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
         log(f"  {direction:<6} {kind:<10} BLEU {res.bleu:5.2f}  chrF {res.chrf:5.2f}  off-target "
             f"{res.off_target:5.1f}% (restricted {res.off_target_restricted:5.1f}%)")
     return {"directions": [asdict(r) for r in results], "averages": averages(results, m.central_language),
-            "bleu_signature": signature, "use_lsl": use_lsl,
+            "skipped": skipped, "bleu_signature": signature, "use_lsl": use_lsl,
             "t_weights": translator.model.t_weights(),
             "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
 
@@ -172,14 +184,21 @@ def averages(results: list[DirectionResult], central: str | None) -> dict[str, d
 def markdown(report: dict) -> str:
     """Summary in the layout of the paper's Tables 2-3, then every direction."""
     models = report["models"]
-    first = next(iter(models.values()))
-    cols = [c for c in ("en→xx", "xx→en", "supervised", "zero-shot") if c in first["averages"]]
-    cols += [c for c in first["averages"] if c not in cols]
-    lines = [f"Test set: `{report['test_set']}`; beam {report['beam']}; {report['bleu_signature']}", "",
-             "| model | " + " | ".join(f"{c} BLEU" for c in cols) + " | zero-shot off-target (paper / restricted) | zero-shot code-switch |",
-             "|---|" + "---:|" * (len(cols) + 2)]
+    key = "common_averages" if "common_directions" in report else "averages"
+    cols = []
+    for r in models.values():
+        cols += [c for c in ("en→xx", "xx→en", "supervised", "zero-shot") if c in r[key] and c not in cols]
+    for r in models.values():
+        cols += [c for c in r[key] if c not in cols]
+    lines = [f"Test set: `{report['test_set']}`; beam {report['beam']}; {report['bleu_signature']}", ""]
+    if key == "common_averages":
+        lines += [f"The models were scored on different directions; the averages below cover only the "
+                  f"{len(report['common_directions'])} every model was scored on: "
+                  f"{', '.join(report['common_directions'])}.", ""]
+    lines += ["| model | " + " | ".join(f"{c} BLEU" for c in cols) + " | zero-shot off-target (paper / restricted) | zero-shot code-switch |",
+              "|---|" + "---:|" * (len(cols) + 2)]
     for name, r in models.items():
-        a = r["averages"]
+        a = r[key]
         z = a.get("zero-shot", {})
         off = f"{z['off_target']:.2f}% / {z['off_target_restricted']:.2f}%" if z else "–"
         cs = f"{z['code_switch']:.2f}%" if z else "–"
@@ -193,13 +212,35 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {d['direction']} | {d['kind']} | {d['bleu']:.2f} | {d['chrf']:.2f} | "
                          f"{d['off_target']:.1f}% | {d['off_target_restricted']:.1f}% | {d['code_switch']:.1f}% | "
                          f"{d['rollback']:.1f}% | {langs} |")
+    skipped = [f"{name}: {d} ({why})" for name, r in models.items() for d, why in r.get("skipped", {}).items()]
+    if skipped:
+        lines += ["", "Not scored: " + "; ".join(skipped) + "."]
     return "\n".join(lines) + "\n"
+
+
+def select_directions(pairs: dict, directions: list[str] | None, where: str) -> list[str] | None:
+    """``--directions`` checked against what the test set has: an unknown one or an empty
+    selection is an error, not an empty report."""
+    if directions is None:
+        if not pairs:
+            raise ValueError(f"{where}: no direction to evaluate")
+        return None
+    directions = [d for d in directions if d]
+    unknown = [d for d in directions if d not in pairs]
+    if unknown or not directions:
+        raise ValueError(f"{where}: no direction {', '.join(unknown) or '(empty list)'} "
+                         f"(it has {', '.join(sorted(pairs)) or 'none'})")
+    return directions
 
 
 def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str], list[str]]], test_set: str,
             beam: int, directions: list[str] | None = None, max_sentences: int = 0, ablate_lsl: bool = False,
             log=print) -> dict:
-    """Evaluate several models on the same pairs: the report behind every table of the project."""
+    """Evaluate several models on the same pairs: the report behind every table of the project.
+    When the models were not all scored on the same directions, each model's ``common_averages``
+    averages only the directions every model was scored on (``common_directions``), so that the
+    summary compares like with like."""
+    directions = select_directions(pairs, directions, test_set)
     report = {"test_set": test_set, "beam": beam, "models": {}}
     for name, tr in translators.items():
         log(f"{name}:")
@@ -208,6 +249,19 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
             log(f"{name} without LSL:")
             report["models"][f"{name} (LSL off)"] = evaluate_model(tr, pairs, directions, False, max_sentences,
                                                                     log=log)
+    scored = [{d["direction"] for d in r["directions"]} for r in report["models"].values()]
+    if not any(scored):
+        raise ValueError(f"{test_set}: no model could be scored on any direction "
+                         f"(skipped: {next(iter(report['models'].values()))['skipped']})")
+    common = set.intersection(*scored)
+    if any(s != common for s in scored):
+        report["common_directions"] = sorted(common)
+        for name, r in report["models"].items():
+            rows = [DirectionResult(**d) for d in r["directions"] if d["direction"] in common]
+            central = translators[name.removesuffix(" (LSL off)")].manifest.central_language
+            r["common_averages"] = averages(rows, central)
+        log(f"the models were scored on different directions: the summary averages only the "
+            f"{len(common)} they share ({', '.join(sorted(common)) or 'none'})")
     report["bleu_signature"] = next((r["bleu_signature"] for r in report["models"].values()
                                      if r["bleu_signature"]), "")
     return report
@@ -226,35 +280,6 @@ def write_report(report: dict, out: str | Path) -> str:
     return table
 
 
-def print_tables(prog: str, argv: list[str] | None, tables: dict[str, str]) -> None:
-    """The closing output of the CLIs that end in an evaluation: the command, then a table per split.
-    Under ``deepspeed`` the launcher's ``--local_rank=N`` is not part of what the user typed."""
-    argv = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--local_rank=")]
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    ranks = f" ({world} ranks)" if world > 1 else ""
-    print(f"Command: `{prog} {' '.join(shlex.quote(a) for a in argv)}`{ranks}\n")
-    for split, table in tables.items():
-        print(f"## {split}\n\n{table}")
-
-
-def parse_models(specs: list[str]) -> dict[str, str]:
-    models = {}
-    for spec in specs:
-        name, eq, path = spec.partition("=")
-        name, path = (name, path) if eq else (Path(spec).parent.name or spec, spec)
-        if name in models:
-            raise ValueError(f"--model name {name!r} given twice")
-        models[name] = path
-    return models
-
-
-def add_before_after_arguments(p: argparse.ArgumentParser) -> None:
-    """The evaluation flags of the commands that end with a before/after table (cll-bt, cll-extend)."""
-    p.add_argument("--eval-splits", default="", help="comma-separated test splits (default: every test split)")
-    p.add_argument("--eval-max-sentences", type=int, default=0, help="evaluate only the first N of each direction")
-    p.add_argument("--eval-beam", type=int, default=4, help="beam of the before/after evaluation")
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
@@ -264,30 +289,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", help="e.g. test_2016_flickr, valid, test")
     p.add_argument("--directions", help="comma-separated subset, e.g. de-fr,fr-de")
     p.add_argument("--out", required=True, help="directory for results.json / results.md / PNGs")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--max-sentences", type=int, default=0, help="evaluate only the first N of each direction")
+    p.add_argument("--beam", type=positive_int, default=4)
+    p.add_argument("--max-sentences", type=non_negative_int, default=0,
+                   help="evaluate only the first N of each direction (0: all)")
     p.add_argument("--ablate-lsl", action="store_true", help="also evaluate with the LSLs switched off (Tables 9-10)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
+    add_debug_argument(p)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        models = parse_models(args.model)
-        cfg = TranslateConfig(DecodeConfig(beam=args.beam))
-        translators = {name: Translator(path, args.device, cfg) for name, path in models.items()}
-        languages = sorted({x for t in translators.values() for x in t.languages})
-        pairs = pairs_from_shards(args.data, args.split) if args.data else pairs_from_corpus(args.corpus, args.split, languages)
-    except (ValueError, OSError) as err:
-        print(f"cll-eval: error: {err}", file=sys.stderr)
-        return 2
-    directions = [d.strip() for d in args.directions.split(",")] if args.directions else None
+def evaluate_cli(args) -> int:
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise OutputError(f"--out {args.out} is a file; give a directory for results.json, results.md and the plots")
+    models = parse_models(args.model)
+    device = pick_device(args.device)
+    cfg = TranslateConfig(DecodeConfig(beam=args.beam))
+    translators = {name: Translator(path, device, cfg) for name, path in models.items()}
+    languages = sorted({x for t in translators.values() for x in t.languages})
+    pairs = pairs_from_shards(args.data, args.split) if args.data else pairs_from_corpus(args.corpus, args.split, languages)
+    directions = [d.strip() for d in args.directions.split(",")] if args.directions is not None else None
     report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
                      args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr))
     print(write_report(report, args.out))
     print(f"BLEU signature: {report['bleu_signature']}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run("cll-eval", lambda: evaluate_cli(args), args.debug)
 
 
 if __name__ == "__main__":

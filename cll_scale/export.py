@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from cll_scale.config import ModelConfig
 from cll_scale.manifest import Manifest, sha256_file
 from cll_scale.model import CLLTransformer
+from cll_scale.outputs import atomic_dir
 
 FILES = ("model.safetensors", "model_config.json", "spm.model", "manifest.json")
 
@@ -29,12 +30,10 @@ class ExportError(ValueError):
 
 def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor], model_cfg: ModelConfig,
                  shard_dir: str | os.PathLike, info: dict | None = None) -> Path:
-    """Write atomically: a temporary directory renamed into place."""
+    """Write atomically: built in a temporary directory, then exchanged with the old export in
+    one step, so that a crash at any moment leaves a loadable export (the old or the new)."""
     out = Path(out_dir)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(out, replace=True) as tmp:
         tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in state_dict.items()}
         save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "model_config.json").write_text(json.dumps(model_cfg.to_json(), indent=1))
@@ -44,11 +43,6 @@ def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor]
         manifest.save(tmp)
         sums = {f: sha256_file(tmp / f) for f in FILES}
         (tmp / "export.json").write_text(json.dumps({**(info or {}), "sha256": sums}, indent=1))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -19,7 +19,8 @@ App. A).
 5. Before/after evaluation on the corpus's test sets.
 
 Re-running the command resumes: finished steps are kept (``out/data``, ``out/init-export``,
-the run's checkpoints).
+the run's checkpoints). The settings are recorded in ``out/settings.json``: a re-run with other
+ones is refused (``--restart`` discards the run and begins again).
 """
 from __future__ import annotations
 
@@ -35,16 +36,16 @@ import sentencepiece as spm
 import torch
 
 from cll_scale import engine as ds
+from cll_scale.cli import add_before_after_arguments, add_debug_argument, print_tables
+from cll_scale.cli import run as cli_run
 from cll_scale.config import ModelConfig
-from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import add_before_after_arguments, compare, pairs_from_shards, print_tables, write_report
 from cll_scale.export import load_export, write_export
-from cll_scale.languages import Direction
+from cll_scale.finetune import before_after, open_output
+from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
-from cll_scale.outputs import atomic_dir, write_atomic
 from cll_scale.model import CLLTransformer
+from cll_scale.outputs import atomic_dir, write_atomic
 from cll_scale.train import Interrupted, Trainer, set_threads
-from cll_scale.translate import TranslateConfig, Translator
 
 LSL_PARAMS = ("w1", "b1", "w2", "b2", "t")
 
@@ -70,6 +71,13 @@ class ExtendConfig:
     eval_splits: list[str] = field(default_factory=list)   # [] = every test split of the corpus
     eval_max_sentences: int = 0
     eval_beam: int = 4
+
+    def __post_init__(self):
+        for name in ("max_pairs", "vocab_size", "max_steps", "max_tokens", "eval_beam"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}")
+        if self.eval_max_sentences < 0 or self.lr < 0:
+            raise ValueError("--eval-max-sentences and --lr must be >= 0")
 
 
 # -- 1 + 2: vocabulary and shards -------------------------------------------------------------------
@@ -117,6 +125,10 @@ def new_language_corpus(cfg: ExtendConfig, old: Manifest):
 def check_inputs(cfg: ExtendConfig) -> None:
     """Everything that can be wrong with the arguments, before any work (on every rank)."""
     old = Manifest.load(cfg.data)
+    try:
+        check_language(cfg.lang)
+    except LanguageError:
+        raise ValueError(f"--lang {cfg.lang!r} is not an ISO 639-1 language code (e.g. cs, pt_br)") from None
     if cfg.lang in old.languages:
         raise ValueError(f"{cfg.data} already has {cfg.lang!r} ({', '.join(old.languages)})")
     pairs = [Direction.parse(p) for p in cfg.pairs]
@@ -245,36 +257,34 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
                         "schedule_offset": sched["step"], "max_steps": cfg.max_steps,
                         "ds_config": cfg.ds_config, "seed": cfg.seed, "valid_every": 500, "ckpt_every": 250,
                         "keep_last": 2, "log_every": 25}}
-    Trainer(recipe, resume=ds.latest_tag(run / "checkpoints") is not None).train()
+    Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
     best = run / "export-best"
     return best if (best / "export.json").exists() else run / "export"
 
 
-def evaluate(cfg: ExtendConfig, data: Path, tuned: Path) -> dict[str, str]:
-    manifest = Manifest.load(data)
-    splits = cfg.eval_splits or [n for n, s in manifest.splits.items() if s.role == "test"]
-    tc = TranslateConfig(DecodeConfig(beam=cfg.eval_beam))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    models = {"original": Translator(cfg.model, device, tc), f"+{cfg.lang}": Translator(tuned, device, tc)}
-    tables = {}
-    for split in splits:
-        report = compare(models, pairs_from_shards(data, split), f"{cfg.corpus}:{split}", cfg.eval_beam,
-                         max_sentences=cfg.eval_max_sentences, log=lambda s: print(s, file=sys.stderr))
-        tables[split] = write_report(report, Path(cfg.out) / "eval" / split)
-    return tables
-
-
-def run(cfg: ExtendConfig) -> dict[str, str]:
+def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
     set_threads()
     rank = ds.init_distributed()[0]
-    data, init = Path(cfg.out) / "data", Path(cfg.out) / "init-export"
-    if rank == 0:           # preparation once; the other ranks wait for it
-        data = build_data(cfg)
-        init = build_init_export(cfg, data)
-    ds.barrier()
-    tuned = fine_tune(cfg, data, init)
-    ds.shutdown()        # before rank 0's evaluation (see cll_scale.backtranslate.run)
-    return evaluate(cfg, data, tuned) if rank == 0 else {}
+    check_inputs(cfg)
+    out = Path(cfg.out)
+    lock = open_output(out, "cll-extend", dataclasses.asdict(cfg),
+                       {"max_steps", "eval_splits", "eval_max_sentences", "eval_beam"}, restart, rank)
+    try:
+        data, init = out / "data", out / "init-export"
+        if rank == 0:           # preparation once; the other ranks wait for it
+            data = build_data(cfg)
+            init = build_init_export(cfg, data)
+        ds.barrier()
+        tuned = fine_tune(cfg, data, init)
+        ds.shutdown()        # before rank 0's evaluation (see cll_scale.backtranslate.run)
+        if rank != 0:
+            return {}
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return before_after({"original": cfg.model, f"+{cfg.lang}": tuned}, data, cfg.eval_splits, cfg.corpus,
+                            cfg.eval_beam, cfg.eval_max_sentences, out, device)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ds-config", default="auto")
     p.add_argument("--seed", type=int, default=1)
     add_before_after_arguments(p)
+    p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
+    add_debug_argument(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
     return p
 
@@ -301,24 +313,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     split = lambda s: [x.strip() for x in s.split(",") if x.strip()]   # noqa: E731
-    cfg = ExtendConfig(model=args.model, data=args.data, lang=args.lang, corpus=args.corpus,
-                       pairs=split(args.pairs), out=args.out, max_pairs=args.max_pairs,
-                       vocab_size=args.vocab_size, freeze=split(args.freeze), max_steps=args.max_steps,
-                       lr=args.lr, max_tokens=args.max_tokens, ds_config=args.ds_config, seed=args.seed,
-                       eval_splits=split(args.eval_splits), eval_max_sentences=args.eval_max_sentences,
-                       eval_beam=args.eval_beam)
-    try:
-        check_inputs(cfg)
-        tables = run(cfg)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        print(f"cll-extend: error: {err}", file=sys.stderr)
-        return 2
-    except Interrupted as stop:
-        print(f"cll-extend: fine-tuning {stop}; re-run the same command to resume", file=sys.stderr)
-        return stop.exit_code
-    if tables:       # rank 0
-        print_tables("cll-extend", argv, tables)
-    return 0
+
+    def body() -> int:
+        cfg = ExtendConfig(model=args.model, data=args.data, lang=args.lang, corpus=args.corpus,
+                           pairs=split(args.pairs), out=args.out, max_pairs=args.max_pairs,
+                           vocab_size=args.vocab_size, freeze=split(args.freeze), max_steps=args.max_steps,
+                           lr=args.lr, max_tokens=args.max_tokens, ds_config=args.ds_config, seed=args.seed,
+                           eval_splits=split(args.eval_splits), eval_max_sentences=args.eval_max_sentences,
+                           eval_beam=args.eval_beam)
+        try:
+            tables = run(cfg, args.restart)
+        except Interrupted as stop:
+            stop.hint = "re-run the same command to resume"
+            raise
+        if tables:       # rank 0
+            print_tables("cll-extend", argv, tables)
+        return 0
+    return cli_run("cll-extend", body, args.debug)
 
 
 if __name__ == "__main__":

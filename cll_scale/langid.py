@@ -1,6 +1,6 @@
 """Language identification for the off-target rate (paper §4: langdetect, seeded).
 
-Two decisions are reported side by side (DESIGN.md, "Off-target rate"):
+Two decisions are reported side by side:
 * ``plain`` — langdetect over its 55 languages, as in the paper;
 * ``restricted`` — the same detector with a prior over the model's own languages only, which
   fixes most of langdetect's confusions on short sentences (cs→sk/hr, ro→es, nl→no).

@@ -1,6 +1,6 @@
 """Language codes, directions and the target-language tag convention (defined once, here).
 
-The target language is given to the model twice (DESIGN.md, "Language tags"):
+The target language is given to the model twice:
   * as the first source token ``<2xx>`` (Johnson et al. 2017; paper §3), a SentencePiece
     *control* symbol inserted by id, never parsed from user text;
   * as an integer id per sentence (``tgt_lang``), an index into the manifest's language list,

@@ -7,7 +7,9 @@ Builds the shards of the condition (paper §4.1) if missing, trains every varian
 ``recipes/multi30k_<condition>_<variant>.yaml`` with the same seed and budget (re-running resumes
 each unfinished model from its checkpoint, so a long CPU run can span several sittings; a GPU is
 used when present), evaluates every export on the Multi30k test sets, and writes
-``docs/results/<condition>.md`` with the tables, plots, budget, steps, epochs, hardware and command.
+``<out>/<condition>.md`` with the tables, plots, budget, steps, epochs, hardware and command.
+Everything goes under ``runs/repro/`` of the current directory unless told otherwise; the
+project's committed reports are rewritten only with an explicit ``--out docs/results``.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from cll_scale.cli import add_debug_argument, non_negative_float, non_negative_int, pick_device, positive_int, run
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, markdown, pairs_from_shards
 from cll_scale.outputs import write_atomic
@@ -30,6 +33,20 @@ from cll_scale.translate import TranslateConfig, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIANGLE_LANGS = "de,fr,cs"
+
+
+class StepFailed(RuntimeError):
+    """A command cll-repro ran failed; it printed its own error, and its exit code is passed on."""
+
+    def __init__(self, what: str, code: int):
+        super().__init__(f"{what} failed (exit {code}); its message is above")
+        self.exit_code = code
+
+
+def sh(cmd: list[str], what: str) -> None:
+    code = subprocess.run(cmd, cwd=ROOT).returncode
+    if code:
+        raise StepFailed(what, code)
 
 
 def hardware() -> str:
@@ -47,7 +64,7 @@ def build_shards(condition: str, multi30k: str, shards: Path) -> None:
            "--out", str(shards)]
     if condition == "triangle":
         cmd += ["--langs", TRIANGLE_LANGS]
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    sh(cmd, f"building the {condition} shards")
 
 
 def run_state(run_dir: Path) -> dict:
@@ -93,7 +110,7 @@ def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: li
     if (run_dir / "checkpoints" / "latest").exists():
         cmd.append("--resume")
     print(f"[cll-repro] {' '.join(shlex.quote(c) for c in cmd)}", file=sys.stderr)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    sh(cmd, f"training {run_dir.name}")
 
 
 def validation_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
@@ -150,44 +167,55 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--condition", choices=("centered", "triangle"), required=True)
     p.add_argument("--variants", default="baseline,fcll", help="comma-separated: baseline, sd, fcll")
-    p.add_argument("--steps-per-model", type=int, default=0,
+    p.add_argument("--steps-per-model", type=non_negative_int, default=0,
                    help="step budget: every variant sees exactly the same batches (preferred)")
-    p.add_argument("--minutes-per-model", type=float, default=0.0,
+    p.add_argument("--minutes-per-model", type=non_negative_float, default=0.0,
                    help="time budget (default 90 when no step budget is given)")
     p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(ROOT.parent / "shared" / "data" / "multi30k")))
-    p.add_argument("--shards-root", default=str(ROOT / "data" / "shards"))
-    p.add_argument("--runs-root", default=str(ROOT / "runs"))
+    p.add_argument("--shards-root", default="runs/repro/shards")
+    p.add_argument("--runs-root", default="runs/repro/runs")
     p.add_argument("--recipes", default=str(ROOT / "recipes"))
-    p.add_argument("--out", default=str(ROOT / "docs" / "results"))
+    p.add_argument("--out", default="runs/repro/results",
+                   help="where the report goes (the project's own reports: --out docs/results)")
     p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--max-sentences", type=int, default=0, help="evaluate only the first N per direction")
+    p.add_argument("--beam", type=positive_int, default=4)
+    p.add_argument("--max-sentences", type=non_negative_int, default=0,
+                   help="evaluate only the first N per direction (0: all)")
     p.add_argument("--set", action="append", default=[], help="recipe override for every model")
     p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
     p.add_argument("--ablate-lsl", action="store_true",
                    help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
+    add_debug_argument(p)
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def reproduce(args, argv) -> int:
+    # The commands run from the project root: every path they get is absolute.
+    for name in ("shards_root", "runs_root", "recipes", "out", "multi30k"):
+        setattr(args, name, str(Path(getattr(args, name)).resolve()))
     command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     budget = {"steps": args.steps_per_model,
               "minutes": args.minutes_per_model or (0.0 if args.steps_per_model else 90.0)}
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    recipes = {v: Path(args.recipes) / f"multi30k_{args.condition}_{v}.yaml" for v in variants}
+    missing = [str(r) for r in recipes.values() if not r.exists()]
+    if missing or not variants:            # before any shard is built
+        known = sorted(p.stem.rsplit("_", 1)[1] for p in Path(args.recipes).glob(f"multi30k_{args.condition}_*.yaml"))
+        raise ValueError(f"--variants {args.variants}: no recipe {', '.join(missing) or '(empty list)'}; "
+                         f"variants with a recipe: {', '.join(known)}")
+    runs = {v: Path(args.runs_root) / f"multi30k-{args.condition}-{v}" for v in variants}
+    if args.eval_only:
+        absent = [str(chosen_export(d)) for d in runs.values() if not (chosen_export(d) / "export.json").exists()]
+        if absent:
+            raise ValueError(f"--eval-only: no trained model at {', '.join(absent)}; train first (without "
+                             f"--eval-only) or point --runs-root at the runs")
     shards = Path(args.shards_root) / f"multi30k-{args.condition}"
     build_shards(args.condition, args.multi30k, shards)
-    runs = {}
-    for variant in [v.strip() for v in args.variants.split(",") if v.strip()]:
-        recipe = Path(args.recipes) / f"multi30k_{args.condition}_{variant}.yaml"
-        if not recipe.exists():
-            print(f"cll-repro: error: no recipe {recipe}", file=sys.stderr)
-            return 2
-        run_dir = Path(args.runs_root) / f"multi30k-{args.condition}-{variant}"
-        if not args.eval_only:
-            train(recipe, run_dir, shards, budget, args.set)
-        runs[variant] = run_dir
+    if not args.eval_only:
+        for variant, run_dir in runs.items():
+            train(recipes[variant], run_dir, shards, budget, args.set)
     reports = {}
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = pick_device(None)
     translators = {name: Translator(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
                    for name, run_dir in runs.items()}
     # A test set already evaluated with these exports and settings is read back, not decoded again:
@@ -211,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     path = write_report(args.condition, runs, reports, budget, command, Path(args.out))
     print(path.read_text())
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run("cll-repro", lambda: reproduce(args, argv), args.debug)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,15 @@ import torch
 from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
-from cll_scale.checkpointer import BEST_EXPORT, Checkpointer, CheckpointError, git_commit
+from cll_scale.checkpointer import BEST_EXPORT, Checkpointer, git_commit
+from cll_scale.cli import DeviceError, add_debug_argument, non_negative_int, run
 from cll_scale.config import PRESETS, apply_overrides, build_configs, load_recipe
 from cll_scale.export import export_model_config, load_export
 from cll_scale.manifest import Manifest
 from cll_scale.metrics import MetricsLog, MetricsWindow
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.optim import GuardedAdamW, inverse_sqrt
-from cll_scale.outputs import write_atomic
+from cll_scale.outputs import BusyError, DirLock, write_atomic
 from cll_scale.stream import ShardStream
 from cll_scale.validator import Validator
 
@@ -42,20 +43,22 @@ from cll_scale.validator import Validator
 class Interrupted(RuntimeError):
     """Training was asked to stop (SIGTERM, SIGUSR1) and checkpointed first: re-run to resume."""
 
-    def __init__(self, signum: int, step: int):
+    def __init__(self, signum: int, step: int, hint: str = "the same command with --resume continues from there"):
         # signum 0: this rank got no signal, another one did (every rank stops at the same step)
-        self.step, self.exit_code = step, 128 + (signum or signal.SIGTERM)
+        self.step, self.exit_code, self.hint = step, 128 + (signum or signal.SIGTERM), hint
         by = signal.Signals(signum).name if signum else "a stop signal to another rank"
         super().__init__(f"stopped by {by} at step {step}, after saving its checkpoint")
 
 
-class OutOfMemory(RuntimeError):
+class OutOfMemory(DeviceError):
     """The device ran out of memory where the step cannot be skipped (the backward pass)."""
 
 
 # Schedulers announce the end of a job with these: SIGTERM (SLURM at the time limit or on preemption,
-# Kubernetes, the deepspeed launcher passing on its own SIGTERM) and SIGUSR1 (SLURM's --signal=USR1@T).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# Kubernetes, the deepspeed launcher passing on its own SIGTERM) and SIGUSR1 (SLURM's --signal=USR1@T);
+# SIGINT is Ctrl-C. Each ends the run after the current step with a checkpoint; a second Ctrl-C
+# stops at once (during a long validation, say).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 
 def set_threads() -> None:
@@ -108,11 +111,34 @@ class Trainer:
         if not (self.cfg.max_steps or self.cfg.max_minutes or self.cfg.max_epochs):
             raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
         self.run_dir = Path(self.cfg.run_dir)
+        # One process writes a run directory (rank 0 of the run holds the lock until train() ends).
+        self.lock, busy = None, None
+        if self.rank == 0:
+            try:
+                self.lock = DirLock(self.run_dir, "training run").acquire()
+            except BusyError as err:
+                busy = err
+        if ds.host_all_reduce([float(busy is not None)])[0]:      # every rank stops, not only rank 0
+            raise busy or BusyError(f"{self.run_dir} is in use by another training run (see rank 0)")
+        try:
+            self._build(recipe, resume, data_dir)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the run directory (train() does it when it ends)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _build(self, recipe: dict, resume: bool, data_dir: str) -> None:
         self.checkpointer = Checkpointer(self.run_dir, self.cfg.ckpt_every, self.cfg.keep_last, self.rank)
-        if self.checkpointer.latest() and not resume:
+        if self.checkpointer.exists() and not resume:
             raise FileExistsError(f"{self.run_dir} already has checkpoints; pass --resume to continue "
                                   f"it, or choose another run directory")
-        tag, universal = self.checkpointer.resumable_tag(self.world)
+        tag, universal = self.checkpointer.resumable_tag(self.world, self.log)
+        if tag:
+            self._check_recorded_settings()
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         # The stream checks the shards first: a damaged one stops the run before anything starts.
@@ -148,6 +174,22 @@ class Trainer:
             self.log("the shards have no validation split: no validation, and no export-best/")
 
     # -- construction helpers -----------------------------------------------------------------
+    def _check_recorded_settings(self) -> None:
+        """A resume must rebuild the model the run trained: other settings (another preset, other
+        shards' vocabulary or languages) are refused before anything is loaded."""
+        path = self.run_dir / "config.json"
+        if not path.is_file():
+            return
+        recorded = json.loads(path.read_text()).get("model", {})
+        now = self.model_cfg.to_json()
+        diff = [f"model.{k}={recorded[k]!r} (now {now[k]!r})" for k in sorted(now)
+                if k in recorded and recorded[k] != now[k] and k != "languages"]
+        if recorded.get("languages", now["languages"]) != now["languages"]:
+            diff.append(f"languages {recorded['languages']} (now {now['languages']})")
+        if diff:
+            raise ValueError(f"--resume: {self.run_dir} was trained with " + ", ".join(diff)
+                             + "; resume with the run's own settings, or train into another --run-dir")
+
     def _init_and_freeze(self, tag: str | None) -> dict[str, torch.Tensor]:
         """Start from ``init_from`` (unless a checkpoint takes over) and freeze the parameters
         matching ``freeze``. Returns the frozen tensors as ``init_from`` has them: under bf16
@@ -207,15 +249,22 @@ class Trainer:
         """Train to the budget. A stop signal ends the run at the next step boundary with a
         checkpoint (``Interrupted``), so a preempted job loses at most one step."""
         if threading.current_thread() is not threading.main_thread():   # handlers live in the main thread
-            return self._train()
-        previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
+            previous = {}
+        else:
+            previous = {sig: signal.signal(sig, self._on_stop_signal) for sig in STOP_SIGNALS}
         try:
             return self._train()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self.close()
 
     def _on_stop_signal(self, signum, frame) -> None:
+        if signum == signal.SIGINT and self._stop_signal == signal.SIGINT:
+            raise KeyboardInterrupt
+        if signum == signal.SIGINT and self.rank == 0:
+            print("\n[cll-train] Ctrl-C: stopping after this step with a checkpoint (again to stop at once)",
+                  file=sys.stderr, flush=True)
         self._stop_signal = signum
 
     def _train(self) -> dict:
@@ -430,12 +479,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS))
     p.add_argument("--variant", choices=("baseline", "residual", "sd", "fcll"))
     p.add_argument("--ds-config", help="a ds_configs/*.json (engine settings), or 'auto'")
-    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-steps", type=non_negative_int)
     p.add_argument("--max-minutes", type=float)
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a recipe field, e.g. --set train.lr=5e-4 --set model.lsl_dim=512")
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # added by the launcher
+    add_debug_argument(p)
     return p
 
 
@@ -454,20 +504,14 @@ def recipe_from_args(args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        recipe = recipe_from_args(args)
-        result = Trainer(recipe, resume=args.resume).train()
+
+    def body() -> int:
+        result = Trainer(recipe_from_args(args), resume=args.resume).train()
         ds.shutdown()
-    except (ValueError, FileExistsError, FileNotFoundError, CheckpointError, OutOfMemory,
-            FloatingPointError) as err:   # ManifestError is a ValueError
-        print(f"cll-train: error: {err}", file=sys.stderr)
-        return 2
-    except Interrupted as stop:
-        print(f"cll-train: {stop}; the same command with --resume continues from there", file=sys.stderr)
-        return stop.exit_code
-    if int(os.environ.get("RANK", 0)) == 0:
-        print(json.dumps(result))
-    return 0
+        if int(os.environ.get("RANK", 0)) == 0:
+            print(json.dumps(result))
+        return 0
+    return run("cll-train", body, args.debug)
 
 
 if __name__ == "__main__":

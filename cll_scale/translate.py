@@ -16,10 +16,12 @@ import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
+from cll_scale.cli import add_debug_argument, pick_device, positive_int, run
 from cll_scale.decoding import DecodeConfig, beam_search
-from cll_scale.export import ExportError, load_export
+from cll_scale.export import load_export
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
+from cll_scale.outputs import OutputError, write_atomic
 
 log = logging.getLogger("cll_scale.translate")
 
@@ -132,7 +134,8 @@ class Translator:
     def encode(self, text: str, tgt: str) -> list[int]:
         ids = self.sp.encode(text)
         if len(ids) > self.max_src:
-            log.warning("input of %d subwords truncated to %d: %.60s...", len(ids), self.max_src, text)
+            # ascii(): the user's bytes (escape sequences, control characters) never reach the terminal raw
+            log.warning("input of %d subwords truncated to %d: %s...", len(ids), self.max_src, ascii(text[:60]))
             ids = ids[:self.max_src]
         return [self.manifest.tokenizer.lang_tag_ids[tgt]] + ids + [self.eos]
 
@@ -219,38 +222,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--len-penalty", type=float, default=1.0)
     p.add_argument("--max-len-a", type=float, default=1.5)
     p.add_argument("--max-len-b", type=int, default=10)
-    p.add_argument("--max-tokens", type=int, default=6000, help="source tokens × beam per batch")
+    p.add_argument("--max-tokens", type=positive_int, default=6000, help="source tokens × beam per batch")
     p.add_argument("--no-lsl", action="store_true", help="switch the LSLs off (paper Table 10 ablation)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
+    add_debug_argument(p)
     return p
+
+
+def check_output_path(path: str) -> Path:
+    """An output file whose directory exists and that is not a directory: refused before any work."""
+    out = Path(path)
+    if out.is_dir():
+        raise OutputError(f"--output {path} is a directory; give a file name")
+    if not out.parent.is_dir():
+        raise OutputError(f"--output {path}: the directory {out.parent} does not exist")
+    return out
+
+
+def translate_cli(args) -> int:
+    if not args.tsv and not args.tgt_lang:
+        raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
+    out = check_output_path(args.output) if args.output else None
+    cfg = TranslateConfig(DecodeConfig(beam=args.beam, len_penalty=args.len_penalty, max_len_a=args.max_len_a,
+                                       max_len_b=args.max_len_b), max_tokens=args.max_tokens)
+    translator = Translator(args.model, pick_device(args.device), cfg)
+    for code in filter(None, (args.src_lang, args.tgt_lang)):
+        translator.check_language(code)
+    raw = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
+    lines = split_lines(raw)
+    texts, tgts = read_tsv(lines) if args.tsv else (lines, [args.tgt_lang] * len(lines))
+    outputs = translator.translate(texts, tgts, use_lsl=not args.no_lsl)
+    text = "".join(o.replace("\n", " ").replace("\r", " ") + "\n" for o in outputs)
+    if out is not None:
+        write_atomic(out, text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="cll-translate: %(levelname)s: %(message)s")
-    try:
-        if not args.tsv and not args.tgt_lang:
-            raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
-        cfg = TranslateConfig(DecodeConfig(beam=args.beam, len_penalty=args.len_penalty, max_len_a=args.max_len_a,
-                                           max_len_b=args.max_len_b), max_tokens=args.max_tokens)
-        translator = Translator(args.model, args.device, cfg)
-        for code in filter(None, (args.src_lang, args.tgt_lang)):
-            translator.check_language(code)
-        raw = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
-        lines = split_lines(raw)
-        texts, tgts = read_tsv(lines) if args.tsv else (lines, [args.tgt_lang] * len(lines))
-        outputs = translator.translate(texts, tgts, use_lsl=not args.no_lsl)
-    except (ValueError, ExportError, OSError) as err:
-        print(f"cll-translate: error: {err}", file=sys.stderr)
-        return 2
-    text = "".join(o.replace("\n", " ").replace("\r", " ") + "\n" for o in outputs)
-    if args.output:
-        tmp = Path(args.output + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(args.output)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return run("cll-translate", lambda: translate_cli(args), args.debug)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ class BuildConfig:
     overwrite: bool = False
     spm_model: str | None = None        # reuse this model instead of learning one
     vocab_size: int = 8000
-    model_type: str = "bpe"             # bpe trains in seconds; unigram in minutes (ECOSYSTEM.md)
+    model_type: str = "bpe"             # on 200k lines, 2 threads: bpe 2-4 s, unigram 45-85 s
     spm_temperature: float = 5.0
     spm_sentences: int = 1_000_000
     character_coverage: float = 0.9995

@@ -12,29 +12,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from cll_scale.languages import LanguageError
-from cll_scale.manifest import Manifest, ManifestError
+from cll_scale.cli import add_debug_argument, run
+from cll_scale.manifest import Manifest
 from data_tools.build import BuildConfig, build_shards
-from data_tools.sources import CorpusError, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
+from data_tools.sources import CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
 
 FORMATS = ("auto", "multiway", "opus100", "parquet", "hf")
 
 
 def _csv(text: str | None) -> list[str] | None:
     return [x.strip() for x in text.split(",") if x.strip()] if text else None
-
-
-def detect_format(path: str) -> str:
-    p = Path(path)
-    if not p.exists():
-        raise CorpusError(f"{path}: no such directory (for a Hugging Face hub dataset use --format hf)")
-    if any((c / "supervised").is_dir() for c in (p, p / "v1.0", p / "opus-100-corpus" / "v1.0")):
-        return "opus100"
-    if next(p.glob("*/*.parquet"), None) is not None:
-        return "parquet"
-    return "multiway"
 
 
 def read_corpus(args) -> object:
@@ -113,6 +101,7 @@ def cmd_download(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cll-shards", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_debug_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="corpus -> SentencePiece model + Arrow shards + manifest")
     b.add_argument("--input", required=True, help="corpus directory, or a hub dataset name with --format hf")
@@ -155,11 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (CorpusError, LanguageError, ManifestError, FileExistsError, ValueError, OSError) as err:
-        print(f"cll-shards: error: {err}", file=sys.stderr)
-        return 2
+    return run("cll-shards", lambda: args.func(args), args.debug)
 
 
 if __name__ == "__main__":

@@ -418,3 +418,15 @@ def read_hf_dataset(name: str, pairs: list[str] | None = None, langs: list[str] 
     if not any("train" in s for s in pair_splits.values()):
         raise CorpusError(f"{name}: no pair with a train split")
     return _pair_corpus("hf", name, pair_splits, condition, langs)
+
+
+def detect_format(path: str) -> str:
+    """``opus100``, ``parquet`` or ``multiway``, from a corpus directory's layout."""
+    p = Path(path)
+    if not p.exists():
+        raise CorpusError(f"{path}: no such directory (for a Hugging Face hub dataset use --format hf)")
+    if any((c / "supervised").is_dir() for c in (p, p / "v1.0", p / "opus-100-corpus" / "v1.0")):
+        return "opus100"
+    if next(p.glob("*/*.parquet"), None) is not None:
+        return "parquet"
+    return "multiway"

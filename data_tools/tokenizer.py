@@ -3,7 +3,8 @@
 Trained on *monolingual* text of the training splits, each language sampled with temperature
 ``T`` (share ∝ n_l^(1/T)) so that a large central language does not crowd the others out of the
 vocabulary. Target-language tags ``<2xx>`` are declared as control symbols: never parsed from
-text, inserted by id, dropped by ``decode`` (DESIGN.md, "Language tags").
+text (user-defined symbols would be split off typed text and waste tokens), inserted by id,
+dropped by ``decode``.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-# Before gradio is imported, or it (and huggingface_hub) phone home (ECOSYSTEM.md).
+# Before gradio is imported, or it (and huggingface_hub) contact outside hosts at import and launch.
 for _key, _value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "1"),
                      ("HF_HUB_DISABLE_TELEMETRY", "1"), ("HF_DATASETS_OFFLINE", "1")):
     os.environ.setdefault(_key, _value)
@@ -22,6 +22,7 @@ from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
 
+from cll_scale.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
 from cll_scale.langid import detect  # noqa: E402
 from cll_scale.translate import Translator  # noqa: E402
 
@@ -63,6 +64,8 @@ def load_examples(path: str | None, languages: list[str], zero_shot: list[str], 
 
 class Demo:
     def __init__(self, models: dict[str, str], device: str = "cpu", max_chars: int = MAX_CHARS):
+        if max_chars < 1:
+            raise ValueError(f"max_chars must be >= 1, not {max_chars}: every request would be refused")
         from cll_scale.decoding import DecodeConfig
         from cll_scale.translate import TranslateConfig
         self.translators = {name: Translator(path, device, TranslateConfig(DecodeConfig(beam=4)))
@@ -97,14 +100,19 @@ class Demo:
         too_long = [i + 1 for i, x in enumerate(lines) if len(x) > self.max_chars]
         if too_long:
             return f"**Lines too long**: {too_long[:5]} exceed {self.max_chars:,} characters.", None
-        references = Path(refs).read_text(encoding="utf-8", errors="replace").splitlines() if refs else None
+        references = None
+        if refs:
+            references = Path(refs).read_text(encoding="utf-8", errors="replace").split("\n")
+            references = references[:-1] if references and references[-1] == "" else references
+            if len(references) != len(lines):     # a BLEU over misaligned lines would be meaningless
+                return (f"**References do not match the sentences**: {len(lines):,} sentence lines but "
+                        f"{len(references):,} reference lines; upload files with one line per sentence each."), None
         rows = ["| model | off-target | BLEU |", "|---|---:|---:|"]
         columns = {}
         for name, t in self.translators.items():
             hyps = t.translate(lines, tgt, use_lsl=not lsl_off)
             off = sum(detect(h, t.languages) != tgt for h in hyps if h) / max(1, sum(1 for h in hyps if h))
-            bleu = (f"{sacrebleu.corpus_bleu(hyps, [references[:len(hyps)]]).score:.2f}"
-                    if references and len(references) >= len(hyps) else "–")
+            bleu = f"{sacrebleu.corpus_bleu(hyps, [references]).score:.2f}" if references else "– (no references)"
             rows.append(f"| {name} | {100 * off:.1f}% | {bleu} |")
             columns[name] = hyps
         out = Path(file).with_suffix(".translations.tsv")
@@ -175,15 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=7860)
-    p.add_argument("--concurrency", type=int, default=2, help="requests translated at once; others queue")
-    p.add_argument("--max-chars", type=int, default=MAX_CHARS)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--concurrency", type=positive_int, default=2, help="requests translated at once; others queue")
+    p.add_argument("--max-chars", type=positive_int, default=MAX_CHARS, help="longest input accepted")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
+    add_debug_argument(p)
     return p
 
 
 def launch(args, block: bool = True):
-    from cll_scale.evaluate import parse_models
-    demo = Demo(parse_models(args.model), args.device, args.max_chars)
+    demo = Demo(parse_models(args.model), pick_device(args.device), args.max_chars)
     app = build_app(demo, args.examples)
     app.queue(default_concurrency_limit=args.concurrency, max_size=256)
     app.launch(server_name=args.host, server_port=args.port, share=False, prevent_thread_lock=not block,
@@ -193,12 +201,7 @@ def launch(args, block: bool = True):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        launch(args)
-    except (ValueError, OSError) as err:
-        print(f"cll-demo: error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return run("cll-demo", lambda: launch(args) and 0, args.debug)
 
 
 if __name__ == "__main__":

@@ -315,4 +315,4 @@ def test_multi30k_downloader_on_local_files(multi30k, tmp_path, capsys):
     (mirror / "val.fr.gz").unlink()
     code, _, err = run_cli(main, ["download", "multi30k", "--out", str(tmp_path / "b"),
                                   "--base-url", mirror.as_uri()], capsys)
-    assert code == 2 and "val.fr.gz" in err and not (tmp_path / "b").exists()
+    assert code == 3 and "val.fr.gz" in err and not (tmp_path / "b").exists()

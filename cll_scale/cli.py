@@ -1,0 +1,155 @@
+"""What every console script shares: the one error path, its exit codes, and small CLI helpers.
+
+An expected failure ends in one line ``cll-<cmd>: error: …`` and an exit code that tells its
+kind; a traceback is shown only with ``--debug`` (an unexpected exception still shows one: that
+is a bug to report).
+
+====  =====================================================================================
+exit  meaning
+====  =====================================================================================
+0     done
+2     bad arguments, settings or input (also argparse's code)
+3     the file system refused: a missing or unwritable path, a full disk
+4     the device: not present, or out of memory where a step cannot be skipped
+5     training diverged (too many skipped steps in a row)
+128+n stopped by signal n after saving what resumes it (SIGINT 130, SIGUSR1 138, SIGTERM 143)
+====  =====================================================================================
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+EXIT_INPUT, EXIT_FILES, EXIT_DEVICE, EXIT_DIVERGED = 2, 3, 4, 5
+
+
+class DeviceError(RuntimeError):
+    """The requested device cannot be used (absent, or out of memory where nothing can be skipped)."""
+
+
+def add_debug_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.filename and err.strerror:
+        target = f"{err.filename} -> {err.filename2}" if err.filename2 else err.filename
+        return f"{target}: {err.strerror}"
+    return str(err) or type(err).__name__
+
+
+def exit_code(err: BaseException) -> int | None:
+    """The exit code of an expected failure; None for an unexpected one (a bug)."""
+    import torch
+    if isinstance(getattr(err, "exit_code", None), int):     # a stop by signal, checkpoint saved
+        return err.exit_code
+    if isinstance(err, KeyboardInterrupt):
+        return 130
+    if isinstance(err, (DeviceError, torch.OutOfMemoryError)):
+        return EXIT_DEVICE
+    if isinstance(err, FloatingPointError):
+        return EXIT_DIVERGED
+    if isinstance(err, FileExistsError):       # an existing output: the user decides
+        return EXIT_INPUT
+    if isinstance(err, OSError) or type(err).__name__ == "CheckpointError":
+        return EXIT_FILES
+    if isinstance(err, ValueError):            # ManifestError, ExportError, LanguageError, CorpusError…
+        return EXIT_INPUT
+    return None
+
+
+def run(prog: str, body: Callable[[], int | None], debug: bool = False) -> int:
+    """Call ``body`` and turn an expected failure into one line and its exit code."""
+    try:
+        return body() or 0
+    except (Exception, KeyboardInterrupt) as err:   # noqa: BLE001 - sorted into expected or not below
+        code = exit_code(err)
+        if code is None:
+            raise
+        if debug:
+            traceback.print_exc()
+        if getattr(err, "exit_code", None) is not None:
+            hint = getattr(err, "hint", "")
+            print(f"{prog}: {err}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        elif isinstance(err, KeyboardInterrupt):
+            print(f"{prog}: interrupted", file=sys.stderr)
+        else:
+            print(f"{prog}: error: {_describe(err)}", file=sys.stderr)
+        return code
+
+
+def pick_device(requested: str | None) -> str:
+    """One device rule for every command: CUDA when present, ``--device`` to override."""
+    import torch
+    if requested in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind = requested.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"--device {requested}: no CUDA device is available here (torch {torch.__version__}"
+                          f"{'' if torch.version.cuda else ', a CPU-only build'}); use --device cpu")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {requested}: expected cpu, cuda, cuda:N or auto")
+    return requested
+
+
+def echo_command(prog: str, argv: list[str] | None) -> str:
+    """The command as the user typed it: under ``deepspeed`` the launcher's ``--local_rank=N`` is
+    left out and the rank count is given instead."""
+    argv = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--local_rank=")]
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    ranks = f" ({world} ranks)" if world > 1 else ""
+    return f"`{prog} {' '.join(shlex.quote(a) for a in argv)}`{ranks}"
+
+
+def print_tables(prog: str, argv: list[str] | None, tables: dict[str, str]) -> None:
+    """The closing output of the commands that end in an evaluation: the command, then a table per split."""
+    print(f"Command: {echo_command(prog, argv)}\n")
+    for split, table in tables.items():
+        print(f"## {split}\n\n{table}")
+
+
+def parse_models(specs: list[str]) -> dict[str, str]:
+    """``--model NAME=EXPORT_DIR`` (or a bare directory, named after its parent) → {name: path}."""
+    models = {}
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        name, path = (name, path) if eq else (Path(spec).parent.name or spec, spec)
+        if name in models:
+            raise ValueError(f"--model name {name!r} given twice")
+        models[name] = path
+    return models
+
+
+def add_before_after_arguments(p: argparse.ArgumentParser) -> None:
+    """The evaluation flags of the commands that end with a before/after table (cll-bt, cll-extend)."""
+    p.add_argument("--eval-splits", default="", help="comma-separated test splits (default: every test split)")
+    p.add_argument("--eval-max-sentences", type=non_negative_int, default=0,
+                   help="evaluate only the first N of each direction (0: all)")
+    p.add_argument("--eval-beam", type=positive_int, default=4, help="beam of the before/after evaluation")
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative; expected 0 or more")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    import math
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected a number >= 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected 1 or more")
+    return value

@@ -1,0 +1,80 @@
+"""What the fine-tuning commands share (``cll-bt``, ``cll-extend``): one process owns the output
+directory, the settings a run was started with are recorded there and a re-run must match them,
+and the run ends with a before/after evaluation.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from cll_scale import engine as ds
+from cll_scale.decoding import DecodeConfig
+from cll_scale.evaluate import compare, pairs_from_shards, write_report
+from cll_scale.manifest import Manifest
+from cll_scale.outputs import BusyError, DirLock, OutputError, write_atomic
+from cll_scale.translate import TranslateConfig, Translator
+
+SETTINGS = "settings.json"
+
+
+def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool) -> None:
+    """Record ``settings`` in ``out`` on the first run; a re-run with others (except
+    ``may_change``, e.g. more epochs or another evaluation) is an error naming each difference.
+    ``restart`` discards a previous run of this command (never a directory it did not write)."""
+    path = out / SETTINGS
+    if restart and out.exists():
+        if not path.is_file():
+            raise OutputError(f"--restart: {out} holds no {SETTINGS}, so it is not a {prog} run; "
+                              f"refusing to delete it")
+        for entry in out.iterdir():
+            if entry.name != DirLock.NAME:      # the lock this process holds stays
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    if path.is_file():
+        old = json.loads(path.read_text())["settings"]
+        diff = [k for k in sorted(set(old) | set(settings)) if k not in may_change and old.get(k) != settings.get(k)]
+        if diff:
+            listed = ", ".join(f"--{k.replace('_', '-')} {old.get(k)!r} (now {settings.get(k)!r})" for k in diff)
+            raise OutputError(f"{out} holds a {prog} run started with other settings: {listed}. Re-run with "
+                              f"the recorded settings to resume it, or pass --restart to discard it and begin again")
+    elif out.is_dir() and any(e.name != DirLock.NAME for e in out.iterdir()):
+        raise OutputError(f"--out {out} is not empty and holds no {SETTINGS}: not a {prog} run to resume; "
+                          f"choose another --out")
+    write_atomic(path, json.dumps({"command": prog, "settings": settings}, indent=1))
+
+
+def open_output(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
+                rank: int) -> DirLock | None:
+    """Rank 0 locks ``out`` and checks the recorded settings; every rank learns the verdict (a
+    refusal on rank 0 must not leave the others waiting in a collective)."""
+    lock, error = None, None
+    if rank == 0:
+        try:
+            lock = DirLock(out, prog + " run").acquire()
+            record_settings(out, prog, settings, may_change, restart)
+        except (BusyError, OutputError, OSError) as err:
+            error = err
+            if lock is not None:
+                lock.release()
+    if ds.host_all_reduce([float(error is not None)])[0]:
+        raise error or OutputError(f"{out}: refused on rank 0 (see its message)")
+    return lock
+
+
+def before_after(models: dict[str, str | Path], data: str | Path, splits: list[str], test_name: str, beam: int,
+                 max_sentences: int, out: Path, device) -> dict[str, str]:
+    """Evaluate the starting model and the fine-tuned one on each test split: {split: table}."""
+    manifest = Manifest.load(data)
+    splits = splits or [n for n, s in manifest.splits.items() if s.role == "test"]
+    unknown = [s for s in splits if s not in manifest.splits]
+    if unknown:
+        raise ValueError(f"--eval-splits {', '.join(unknown)}: {data} has {', '.join(manifest.splits)}")
+    tc = TranslateConfig(DecodeConfig(beam=beam))
+    translators = {name: Translator(path, device, tc) for name, path in models.items()}
+    tables = {}
+    for split in splits:
+        report = compare(translators, pairs_from_shards(data, split), f"{test_name}:{split}", beam,
+                         max_sentences=max_sentences, log=lambda s: print(s, file=sys.stderr))
+        tables[split] = write_report(report, out / "eval" / split)
+    return tables
