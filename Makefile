@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MULTI30K ?= $(firstword $(wildcard ../shared/data/multi30k) data/raw/multi30k)
 
-.PHONY: env quickstart test test-fast demo bench-stream bench-model bench-decode clean
+.PHONY: env quickstart test test-fast demo bench-stream bench-model bench-train bench-decode gpu-check clean
 
 env:
 	@bash scripts/setup_env.sh dev,demo
@@ -26,8 +26,15 @@ bench-stream: env
 bench-model: env
 	$(PY) bench/bench_model.py
 
+bench-train: env
+	$(PY) bench/bench_train.py --data data/shards/multi30k-centered
+
 bench-decode: env
 	$(PY) bench/bench_decode.py
+
+# Every GPU measurement in one call (on a CUDA machine; see the script's header)
+gpu-check:
+	bash bench/gpu_check.sh
 
 clean:
 	rm -rf data/shards runs bench/out

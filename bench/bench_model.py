@@ -7,7 +7,7 @@
 Parts (each interleaves its contenders step by step and compares medians):
 * ``fcll``    FCLL ÷ Baseline step time, 16 target languages, LSL 256, one language per batch
               (target ≤ 1.04; the added FLOPs alone are ~1.03).
-* ``storage`` one Parameter per language ÷ stacked [L, D, R] LSL storage (the design choice).
+* ``storage`` one Parameter per language (all its layers) ÷ stacked [L, R, D] LSL storage per layer.
 * ``marian``  our Baseline tokens/s ÷ Hugging Face MarianMTModel tokens/s, same shape, random
               weights built from a config (no download), fp32 and bf16 (target ≥ 1.0).
 * ``mfu``     achieved FLOP/s ÷ measured peak matmul FLOP/s, fp32, `small` and `base`
@@ -124,16 +124,13 @@ def part_fcll(args, device):
 
 
 class StackedLSL(torch.nn.Module):
-    """The alternative storage, for the measurement only: one [L, R, D] tensor per layer."""
+    """The alternative storage, for the measurement only: one [L, R, D] tensor per layer and weight."""
 
-    def __init__(self, ffn_module):
+    def __init__(self, ffn_module, model):
         super().__init__()
-        w1, w2 = ffn_module.w1, ffn_module.w2
-        self.w1 = torch.nn.Parameter(torch.stack([w.detach() for w in w1]))
-        self.b1 = torch.nn.Parameter(torch.stack([x.detach() for x in ffn_module.b1]))
-        self.w2 = torch.nn.Parameter(torch.stack([w.detach() for w in w2]))
-        self.b2 = torch.nn.Parameter(torch.stack([x.detach() for x in ffn_module.b2]))
-        self.t = torch.nn.Parameter(torch.stack([x.detach() for x in ffn_module.t]))
+        per_slot = [model.lsl_views(slot)[ffn_module.index] for slot in range(len(model.lsl))]
+        stack = lambda k: torch.nn.Parameter(torch.stack([v[k].detach().clone() for v in per_slot]))  # noqa: E731
+        self.w1, self.b1, self.w2, self.b2, self.t = (stack(k) for k in range(5))
         self.ffn, self.cll_dropout = ffn_module.ffn, ffn_module.cll_dropout
 
     def forward(self, x, groups, use_lsl=True):
@@ -150,7 +147,7 @@ def part_storage(args, device):
     per_lang = make_model(args.preset, "fcll", args.vocab, device, dtype)
     stacked = make_model(args.preset, "fcll", args.vocab, device, dtype)
     for layer in stacked.decoder:
-        layer.ffn = StackedLSL(layer.ffn).to(device)
+        layer.ffn = StackedLSL(layer.ffn, stacked).to(device)
     models = {"per_language": per_lang, "stacked": stacked}
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
     batches = [synthetic_batch(b, s, t, args.vocab, device, lang=1 + i % 16) for i in range(16)]

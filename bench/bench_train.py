@@ -246,7 +246,8 @@ def main(argv=None) -> int:
     if device.type == "cpu":
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         torch.set_num_threads(args.threads)
-    if not (Path(args.data) / "manifest.json").exists():
+    needs_shards = not args.only or {"trainer", "configs"} & set(args.only)
+    if needs_shards and not (Path(args.data) / "manifest.json").exists():
         print(f"no shards at {args.data}: build them with cll-shards (make quickstart does)", file=sys.stderr)
         return 2
     results: dict = {}

@@ -47,9 +47,6 @@ from cll_scale.model import CLLTransformer
 from cll_scale.outputs import atomic_dir, write_atomic
 from cll_scale.train import Interrupted, Trainer, set_threads
 
-LSL_PARAMS = ("w1", "b1", "w2", "b2", "t")
-
-
 @dataclass
 class ExtendConfig:
     model: str                      # export of the pre-trained model
@@ -200,9 +197,8 @@ def grow_model(model: CLLTransformer, lang: str, vocab_size: int, noise: float, 
             continue
         if name in state:
             new_state[name] = state[name]
-        elif name.rsplit(".", 2)[-2] in LSL_PARAMS and int(name.rsplit(".", 1)[1]) == new_slot:
-            prefix = name.rsplit(".", 1)[0]           # e.g. decoder.1.ffn.w1 — average of every slot
-            new_state[name] = torch.stack([state[f"{prefix}.{i}"] for i in range(new_slot)]).mean(0)
+        elif name == f"lsl.{new_slot}":               # the new language's LSLs: the average of every old one
+            new_state[name] = torch.stack([state[f"lsl.{i}"] for i in range(new_slot)]).mean(0)
         else:
             raise RuntimeError(f"parameter {name} of the grown model has no source")
     grown.load_state_dict(new_state, strict=True)
@@ -210,9 +206,9 @@ def grow_model(model: CLLTransformer, lang: str, vocab_size: int, noise: float, 
 
 
 def old_cll_patterns(cfg: ModelConfig, new_lang: str) -> list[str]:
-    """Parameter globs of the existing languages' LSLs and t (frozen: paper §4.4)."""
-    slots = [i for i, x in enumerate(cfg.lsl_languages) if x != new_lang]
-    return [f"decoder.*.ffn.{p}.{i}" for i in slots for p in LSL_PARAMS] if cfg.cll_layers else []
+    """The existing languages' LSL Parameters, each holding its LSLs and t of every CLL layer
+    (frozen: paper §4.4)."""
+    return [f"lsl.{i}" for i, x in enumerate(cfg.lsl_languages) if x != new_lang] if cfg.cll_layers else []
 
 
 def build_init_export(cfg: ExtendConfig, data: Path) -> Path:

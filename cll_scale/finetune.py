@@ -44,10 +44,14 @@ def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], 
     write_atomic(path, json.dumps({"command": prog, "settings": settings}, indent=1))
 
 
+PATH_SETTINGS = ("model", "data", "corpus", "out")   # compared as absolute paths: `x` and `./x` are one
+
+
 def open_output(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
                 rank: int) -> DirLock | None:
     """Rank 0 locks ``out`` and checks the recorded settings; every rank learns the verdict (a
     refusal on rank 0 must not leave the others waiting in a collective)."""
+    settings = {k: str(Path(v).resolve()) if k in PATH_SETTINGS and v else v for k, v in settings.items()}
     lock, error = None, None
     if rank == 0:
         try:

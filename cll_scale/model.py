@@ -17,7 +17,7 @@ The speed is the same: a language-homogeneous batch does one matmul either way
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -118,6 +118,9 @@ class LangGroups:
     groups: list[tuple[int, int, int]]
     order: torch.Tensor | None = None
     inverse: torch.Tensor | None = None
+    # slot -> per CLL layer (w1, b1, w2, b2, t): views into that language's one Parameter, taken
+    # by the model for the slots present (CLLTransformer.lsl_views)
+    weights: dict[int, list[tuple[torch.Tensor, ...]]] = field(default_factory=dict)
 
     @classmethod
     def from_slots(cls, slots: torch.Tensor) -> "LangGroups":
@@ -141,26 +144,22 @@ class LangGroups:
 
 
 class CLLFeedForward(nn.Module):
-    """Paper Eq. (3): ``FFN(h) + t_l · dropout(LSL_l(h))``; the central language gets FFN(h)."""
+    """Paper Eq. (3): ``FFN(h) + t_l · dropout(LSL_l(h))``; the central language gets FFN(h).
 
-    def __init__(self, cfg: ModelConfig, n_lsl: int):
+    The LSL weights are not this module's: each language keeps all of its layers' LSLs in one
+    Parameter (:attr:`CLLTransformer.lsl`), and ``groups.weights`` hands this layer its views."""
+
+    def __init__(self, cfg: ModelConfig, index: int):
         super().__init__()
-        d, r = cfg.d_model, cfg.lsl_dim
-        self.ffn = FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
         self.cll_dropout = cfg.cll_dropout
-        self.w1 = nn.ParameterList([nn.Parameter(torch.empty(r, d)) for _ in range(n_lsl)])
-        self.b1 = nn.ParameterList([nn.Parameter(torch.zeros(r)) for _ in range(n_lsl)])
-        self.w2 = nn.ParameterList([nn.Parameter(torch.empty(d, r)) for _ in range(n_lsl)])
-        self.b2 = nn.ParameterList([nn.Parameter(torch.zeros(d)) for _ in range(n_lsl)])
-        # Shape (1,), not a 0-d scalar: DeepSpeed broadcasts parameters as byte views.
-        self.t = nn.ParameterList([nn.Parameter(torch.full((1,), cfg.t_init)) for _ in range(n_lsl)])
-        for w in (*self.w1, *self.w2):
-            nn.init.xavier_uniform_(w)
+        self.index = index                  # position among the CLL layers
 
-    def lsl(self, x: torch.Tensor, slot: int) -> torch.Tensor:
-        h = F.linear(F.relu(F.linear(x, self.w1[slot], self.b1[slot])), self.w2[slot], self.b2[slot])
+    def lsl(self, x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        w1, b1, w2, b2, t = weights
+        h = F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
         h = dropout(h, self.cll_dropout, self.training)
-        return self.t[slot] * h
+        return t * h
 
     def forward(self, x: torch.Tensor, groups: LangGroups | None, use_lsl: bool = True) -> torch.Tensor:
         out = self.ffn(x)                                          # (B, T, D)
@@ -168,9 +167,9 @@ class CLLFeedForward(nn.Module):
             return out
         if len(groups.groups) == 1:
             slot = groups.groups[0][0]
-            return out if slot < 0 else out + self.lsl(x, slot)
+            return out if slot < 0 else out + self.lsl(x, groups.weights[slot][self.index])
         xs = x if groups.order is None else x.index_select(0, groups.order)
-        parts = [torch.zeros_like(xs[s:e]) if slot < 0 else self.lsl(xs[s:e], slot)
+        parts = [torch.zeros_like(xs[s:e]) if slot < 0 else self.lsl(xs[s:e], groups.weights[slot][self.index])
                  for slot, s, e in groups.groups]
         extra = torch.cat(parts, 0)
         if groups.inverse is not None:
@@ -204,14 +203,13 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, cll: bool):
+    def __init__(self, cfg: ModelConfig, cll_index: int | None):
         super().__init__()
         d = cfg.d_model
         self.self_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=False)
         self.cross_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=True)
-        self.ffn = CLLFeedForward(cfg, len(cfg.lsl_languages)) if cll else \
-            FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
-        self.cll = cll
+        self.cll = cll_index is not None
+        self.ffn = CLLFeedForward(cfg, cll_index) if self.cll else FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
         self.pre_norm, self.dropout = cfg.pre_norm, cfg.dropout
 
@@ -245,7 +243,25 @@ class CLLTransformer(nn.Module):
         self.encoder = nn.ModuleList(
             EncoderLayer(cfg, cfg.residual_sublayer if i == cfg.residual_layer else None)
             for i in range(cfg.encoder_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg, i in cfg.cll_layers) for i in range(cfg.decoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, cfg.cll_layers.index(i) if i in cfg.cll_layers else None)
+                                     for i in range(cfg.decoder_layers))
+        # One Parameter per non-central language holding its LSL (w1, b1, w2, b2, t) of every CLL
+        # layer: a language absent from a step gets no gradient and no gradient reduction, and the
+        # engine handles one tensor per language instead of five per language and layer (its
+        # per-tensor Python work made FCLL with 99 languages measurably slower than the Baseline).
+        d, r = cfg.d_model, cfg.lsl_dim
+        self._lsl_shapes = [(r, d), (r,), (d, r), (d,), (1,)]
+        per_layer = sum(math.prod(shape) for shape in self._lsl_shapes)
+        n_layers = len(cfg.cll_layers)
+        self.lsl = nn.ParameterList(nn.Parameter(torch.zeros(n_layers * per_layer)) for _ in cfg.lsl_languages
+                                    if n_layers)
+        with torch.no_grad():
+            for slot in range(len(self.lsl)):
+                for w1, _, w2, _, t in self.lsl_views(slot):
+                    nn.init.xavier_uniform_(w1)
+                    nn.init.xavier_uniform_(w2)
+                    t.fill_(cfg.t_init)
+        self._register_load_state_dict_pre_hook(_pack_per_layer_lsl)
         self.enc_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
         self.dec_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
         # tgt_lang id (manifest order) -> LSL slot, -1 for the central language.
@@ -275,8 +291,24 @@ class CLLTransformer(nn.Module):
         if not self.cfg.cll_layers:
             return None
         if batch_lang is not None:
-            return LangGroups([(self._host_slots[batch_lang], 0, tgt_lang.shape[0])])
-        return LangGroups.from_slots(self.lang_slot[tgt_lang])
+            groups = LangGroups([(self._host_slots[batch_lang], 0, tgt_lang.shape[0])])
+        else:
+            groups = LangGroups.from_slots(self.lang_slot[tgt_lang])
+        groups.weights = {slot: self.lsl_views(slot) for slot, _, _ in groups.groups if slot >= 0}
+        return groups
+
+    def lsl_views(self, slot: int) -> list[tuple[torch.Tensor, ...]]:
+        """(w1 (R, D), b1 (R,), w2 (D, R), b2 (D,), t (1,)) of LSL ``slot`` for each CLL layer, as
+        views of its Parameter (taken per forward: an engine may move the Parameter's storage)."""
+        flat, out, offset = self.lsl[slot], [], 0
+        for _ in self.cfg.cll_layers:
+            views = []
+            for shape in self._lsl_shapes:
+                n = math.prod(shape)
+                views.append(flat[offset:offset + n].view(shape))
+                offset += n
+            out.append(tuple(views))
+        return out
 
     def decode(self, prev_tokens, enc_out, enc_mask, tgt_lang, cache: list | None = None, offset: int = 0,
                use_lsl: bool = True, groups: LangGroups | None = None) -> torch.Tensor:
@@ -303,13 +335,27 @@ class CLLTransformer(nn.Module):
         bos = torch.full_like(tgt_tokens[:, :1], self.cfg.bos_id)
         return torch.cat([bos, tgt_tokens[:, :-1]], dim=1)
 
-    def cll_modules(self) -> list[CLLFeedForward]:
-        return [layer.ffn for layer in self.decoder if layer.cll]
-
     def t_weights(self) -> dict[str, list[float]]:
         """Learned t_l per language (rows) and CLL layer (columns): paper Fig. 6."""
-        mods = self.cll_modules()
-        return {lang: [float(m.t[i].detach()) for m in mods] for i, lang in enumerate(self.cfg.lsl_languages)}
+        if not self.cfg.cll_layers:
+            return {}
+        return {lang: [float(views[4].detach()) for views in self.lsl_views(i)]
+                for i, lang in enumerate(self.cfg.lsl_languages)}
+
+
+def _pack_per_layer_lsl(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    """Exports written before the LSLs moved into one Parameter per language kept them per layer
+    (``decoder.{i}.ffn.{w1,b1,w2,b2,t}.{slot}``): pack those into ``lsl.{slot}`` so they still load."""
+    old = sorted({k for k in state_dict if k.startswith(prefix + "decoder.")
+                  and k.rsplit(".", 2)[-2] in ("w1", "b1", "w2", "b2", "t") and ".ffn." in k})
+    if not old:
+        return
+    slots = sorted({int(k.rsplit(".", 1)[1]) for k in old})
+    layers = sorted({int(k[len(prefix) + len("decoder."):].split(".")[0]) for k in old})
+    for slot in slots:
+        parts = [state_dict.pop(f"{prefix}decoder.{i}.ffn.{name}.{slot}").reshape(-1)
+                 for i in layers for name in ("w1", "b1", "w2", "b2", "t")]
+        state_dict[f"{prefix}lsl.{slot}"] = torch.cat(parts)
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float

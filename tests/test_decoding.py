@@ -73,9 +73,10 @@ def tiny_model():
     cfg = ModelConfig(**PRESETS["tiny"], vocab_size=40, languages=["en", "de", "fr", "cs"], central_language="en",
                       variant="fcll", dropout=0.0)
     model = CLLTransformer(cfg).eval()
-    for m in model.cll_modules():      # make LSLs matter, so that a mixed batch is a real test
-        for t in m.t:
-            t.data.fill_(3.0)
+    with torch.no_grad():              # make LSLs matter, so that a mixed batch is a real test
+        for slot in range(len(model.lsl)):
+            for *_, t in model.lsl_views(slot):
+                t.fill_(3.0)
     return model
 
 

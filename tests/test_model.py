@@ -47,8 +47,7 @@ def test_t_starts_at_0_1_per_layer_and_language():
 def _baseline_twin(fcll: CLLTransformer) -> CLLTransformer:
     """A Baseline model holding the FCLL model's shared weights (FFN, attention, embeddings)."""
     base = make("baseline")
-    state = {k.replace(".ffn.ffn.", ".ffn."): v for k, v in fcll.state_dict().items()
-             if not any(f".ffn.{p}." in k for p in ("w1", "b1", "w2", "b2", "t"))}
+    state = {k.replace(".ffn.ffn.", ".ffn."): v for k, v in fcll.state_dict().items() if not k.startswith("lsl.")}
     base.load_state_dict(state, strict=True)
     return base
 
@@ -74,7 +73,7 @@ def test_lsl_of_a_language_only_affects_sentences_with_that_target():
     src, tgt = batch()
     tgt_lang = torch.tensor([1, 2, 0, 1, 3, 2])               # de fr en de cs fr
     logits = model(src, model.shift_right(tgt), tgt_lang)
-    de_params = [m.w1[0] for m in model.cll_modules()] + [m.t[0] for m in model.cll_modules()]
+    de_params = [model.lsl[0]]                                # every layer's LSL and t of de
     for row in range(len(src)):
         grads = torch.autograd.grad(logits[row].sum(), de_params, retain_graph=True, allow_unused=True)
         touched = any(g is not None and g.abs().sum() > 0 for g in grads)
@@ -137,7 +136,7 @@ def test_non_centered_models_give_every_language_an_lsl():
     torch.manual_seed(0)
     cfg = ModelConfig(**PRESETS["tiny"], vocab_size=60, languages=["de", "fr", "cs"], central_language=None)
     model = CLLTransformer(cfg)
-    assert model.lang_slot.tolist() == [0, 1, 2] and len(model.cll_modules()[0].w1) == 3
+    assert model.lang_slot.tolist() == [0, 1, 2] and len(model.lsl) == 3
 
 
 def test_label_smoothed_loss_matches_torch():
@@ -174,3 +173,24 @@ def test_dropout_rate_scale_and_determinism():
     assert torch.equal(dropout(x, 0.1, True), y)          # seeded: resumable
     assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
     assert (dropout(torch.ones(3), 0.5, True) >= 0).all()  # odd sizes fall back to F.dropout
+
+
+def test_each_language_keeps_its_lsls_in_one_parameter_and_old_exports_still_load():
+    """One Parameter per non-central language (its LSL and t of every CLL layer): the engine sees
+    one tensor per language, not five per language and layer. Exports written with the earlier
+    per-layer layout (decoder.{i}.ffn.{w1,b1,w2,b2,t}.{slot}) load into the same model."""
+    model = make()
+    names = [n for n, _ in model.named_parameters() if n.startswith("lsl.")]
+    assert names == ["lsl.0", "lsl.1", "lsl.2"]
+    old = {k: v for k, v in model.state_dict().items() if not k.startswith("lsl.")}
+    for slot in range(3):
+        for layer, views in zip(model.cfg.cll_layers, model.lsl_views(slot)):
+            for name, view in zip(("w1", "b1", "w2", "b2", "t"), views):
+                old[f"decoder.{layer}.ffn.{name}.{slot}"] = view.detach().clone()
+    other = make(seed=5)
+    assert not torch.equal(other.lsl[0], model.lsl[0])
+    other.load_state_dict(old, strict=True)
+    src, tgt = batch()
+    lang = torch.tensor([1, 2, 3, 1, 2, 3])
+    with torch.no_grad():
+        assert torch.equal(other(src, other.shift_right(tgt), lang), model(src, model.shift_right(tgt), lang))
