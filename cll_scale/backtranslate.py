@@ -30,14 +30,13 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
-from cll_scale.cli import add_before_after_arguments, add_debug_argument, print_tables
-from cll_scale.cli import run as cli_run
+from cll_scale.cli import add_before_after_arguments, add_debug_argument, csv_list
 from cll_scale.decoding import DecodeConfig
-from cll_scale.finetune import before_after, open_output
+from cll_scale.finetune import before_after, command, open_output
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, write_atomic
-from cll_scale.train import Interrupted, Trainer, set_threads
+from cll_scale.train import Trainer, set_threads
 from cll_scale.translate import TranslateConfig, Translator
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
@@ -262,23 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    split = lambda s: [x.strip() for x in s.split(",") if x.strip()]   # noqa: E731
-
-    def body() -> int:
-        cfg = BTConfig(model=args.model, data=args.data, out=args.out, bt_langs=split(args.bt_langs),
-                       epochs=args.epochs, beam=args.beam, max_rows=args.max_rows, lr=args.lr,
-                       warmup_steps=args.warmup_steps, max_tokens=args.max_tokens, ds_config=args.ds_config,
-                       seed=args.seed, eval_splits=split(args.eval_splits),
-                       eval_max_sentences=args.eval_max_sentences, eval_beam=args.eval_beam)
-        try:
-            tables = run(cfg, args.restart)
-        except Interrupted as stop:
-            stop.hint = "re-run the same command to resume"
-            raise
-        if tables:       # rank 0
-            print_tables("cll-bt", argv, tables)
-        return 0
-    return cli_run("cll-bt", body, args.debug)
+    return command("cll-bt", argv, args, lambda: BTConfig(
+        model=args.model, data=args.data, out=args.out, bt_langs=csv_list(args.bt_langs), epochs=args.epochs,
+        beam=args.beam, max_rows=args.max_rows, lr=args.lr, warmup_steps=args.warmup_steps,
+        max_tokens=args.max_tokens, ds_config=args.ds_config, seed=args.seed, eval_splits=csv_list(args.eval_splits),
+        eval_max_sentences=args.eval_max_sentences, eval_beam=args.eval_beam), run)
 
 
 if __name__ == "__main__":

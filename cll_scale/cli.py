@@ -133,6 +133,11 @@ def add_before_after_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-beam", type=positive_int, default=4, help="beam of the before/after evaluation")
 
 
+def csv_list(text: str) -> list[str]:
+    """``"de, fr,,cs"`` → ``["de", "fr", "cs"]``."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
 def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:

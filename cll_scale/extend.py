@@ -36,16 +36,15 @@ import sentencepiece as spm
 import torch
 
 from cll_scale import engine as ds
-from cll_scale.cli import add_before_after_arguments, add_debug_argument, print_tables
-from cll_scale.cli import run as cli_run
+from cll_scale.cli import add_before_after_arguments, add_debug_argument, csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import load_export, write_export
-from cll_scale.finetune import before_after, open_output
+from cll_scale.finetune import before_after, command, open_output
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
 from cll_scale.outputs import atomic_dir, write_atomic
-from cll_scale.train import Interrupted, Trainer, set_threads
+from cll_scale.train import Trainer, set_threads
 
 @dataclass
 class ExtendConfig:
@@ -308,24 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    split = lambda s: [x.strip() for x in s.split(",") if x.strip()]   # noqa: E731
-
-    def body() -> int:
-        cfg = ExtendConfig(model=args.model, data=args.data, lang=args.lang, corpus=args.corpus,
-                           pairs=split(args.pairs), out=args.out, max_pairs=args.max_pairs,
-                           vocab_size=args.vocab_size, freeze=split(args.freeze), max_steps=args.max_steps,
-                           lr=args.lr, max_tokens=args.max_tokens, ds_config=args.ds_config, seed=args.seed,
-                           eval_splits=split(args.eval_splits), eval_max_sentences=args.eval_max_sentences,
-                           eval_beam=args.eval_beam)
-        try:
-            tables = run(cfg, args.restart)
-        except Interrupted as stop:
-            stop.hint = "re-run the same command to resume"
-            raise
-        if tables:       # rank 0
-            print_tables("cll-extend", argv, tables)
-        return 0
-    return cli_run("cll-extend", body, args.debug)
+    return command("cll-extend", argv, args, lambda: ExtendConfig(
+        model=args.model, data=args.data, lang=args.lang, corpus=args.corpus, pairs=csv_list(args.pairs),
+        out=args.out, max_pairs=args.max_pairs, vocab_size=args.vocab_size, freeze=csv_list(args.freeze),
+        max_steps=args.max_steps, lr=args.lr, max_tokens=args.max_tokens, ds_config=args.ds_config,
+        seed=args.seed, eval_splits=csv_list(args.eval_splits), eval_max_sentences=args.eval_max_sentences,
+        eval_beam=args.eval_beam), run)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 from cll_scale import engine as ds
+from cll_scale.cli import print_tables
+from cll_scale.cli import run as cli_run
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, pairs_from_shards, write_report
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import BusyError, DirLock, OutputError, write_atomic
+from cll_scale.train import Interrupted
 from cll_scale.translate import TranslateConfig, Translator
 
 SETTINGS = "settings.json"
@@ -82,3 +85,18 @@ def before_after(models: dict[str, str | Path], data: str | Path, splits: list[s
                          max_sentences=max_sentences, log=lambda s: print(s, file=sys.stderr))
         tables[split] = write_report(report, out / "eval" / split)
     return tables
+
+
+def command(prog: str, argv: list[str] | None, args, make_config, run) -> int:
+    """The body of a fine-tuning command's ``main``: build its config, run it (``--restart``), print
+    the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.cli.run`)."""
+    def body() -> int:
+        try:
+            tables = run(make_config(), args.restart)
+        except Interrupted as stop:
+            stop.hint = "re-run the same command to resume"
+            raise
+        if tables:       # rank 0
+            print_tables(prog, argv, tables)
+        return 0
+    return cli_run(prog, body, args.debug)

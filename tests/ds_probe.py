@@ -11,10 +11,16 @@ from cll_scale import engine as ds
 from cll_scale.train import Trainer, build_parser, recipe_from_args
 
 
-def main(argv=None):
+def split_report(argv=None) -> tuple[str, list[str]]:
+    """(the --report path, cll-train's own arguments) of a probe's command line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     report = argv.pop(argv.index("--report") + 1)
     argv.remove("--report")
+    return report, argv
+
+
+def main(argv=None):
+    report, argv = split_report(argv)
     args = build_parser().parse_args(argv)
     trainer = Trainer(recipe_from_args(args), resume=args.resume)
     result = trainer.train()

@@ -8,13 +8,13 @@ go unnoticed; here they are counted by wrapping them, and each is attributed to 
 frame of cll_scale or deepspeed that made it (``file:function``)."""
 import collections
 import json
-import sys
 import traceback
 
 import torch
 
 from cll_scale import train as train_mod
 from cll_scale.train import Trainer, build_parser, recipe_from_args
+from tests.ds_probe import split_report
 
 COUNTS: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
 STATE = {"step": None}
@@ -47,9 +47,7 @@ _counting(torch.cuda, "synchronize")
 
 
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    report = argv.pop(argv.index("--report") + 1)
-    argv.remove("--report")
+    report, argv = split_report(argv)
     args = build_parser().parse_args(argv)
     trainer = Trainer(recipe_from_args(args), resume=args.resume)
     from deepspeed.accelerator import get_accelerator
