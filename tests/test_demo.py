@@ -2,11 +2,14 @@
 import os
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cll_scale.langid import detect
+from tests.conftest import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -30,9 +33,17 @@ def server(tiny_export, multi30k):
 
 
 def test_demo_environment_and_binding(server):
-    url, app = server
-    assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False" and os.environ["HF_HUB_OFFLINE"] == "1"
-    assert url.startswith("http://127.0.0.1:") and not getattr(app, "share_url", None)
+    """The app itself switches gradio's and the hub's outside calls off (checked in a process
+    whose environment has none of these variables), and the running server is on loopback with
+    no share link (as gradio reports them)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADIO_", "HF_"))}
+    res = subprocess.run([sys.executable, "-c", "import os, demo.app; print(os.environ['GRADIO_ANALYTICS_ENABLED'], "
+                          "os.environ['HF_HUB_OFFLINE'], os.environ['HF_HUB_DISABLE_TELEMETRY'])"],
+                         cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.split() == ["False", "1", "1"], res.stderr[-2000:]
+    _, app = server
+    from urllib.parse import urlparse
+    assert urlparse(app.local_url).hostname == "127.0.0.1" and not getattr(app, "share_url", None)
 
 
 def test_translate_gives_one_output_per_model_with_right_flags(server):

@@ -141,9 +141,7 @@ def test_two_ranks_zero2_then_resume_on_one_rank(m30k_centered, tmp_path):
     parts = [r["opt_partition_numel"] for r in ranks]
     assert sum(parts) >= total and max(parts) <= total // 2 + 64      # ZeRO-2: optimizer state halved
     assert len(list((run / "checkpoints" / "step00000012").glob("zero_pp_rank_*_optim_states.pt"))) == 2
-    # Every step trains one target language (FCLL, grad_accum=2): the LSLs of the other
-    # languages get no gradient in that step, and ZeRO-2 accepts it.
-    assert all(r["step"] == 12 for r in ranks)
+    assert all(r["step"] == 12 for r in ranks)     # steps whose LSL gradients cover one language only
     # Resume the 2-rank checkpoint in one process: universal conversion, loss goes on.
     res = cll_train(*common(m30k_centered, run, 18, "--set", "train.grad_accum=2"), "--resume")
     assert "universal checkpoint" in res.stderr
@@ -167,3 +165,41 @@ def test_simulated_two_node_launch(m30k_centered, tmp_path):
     ranks = json.loads(report.read_text())
     assert [r["rank"] for r in ranks] == [0, 1] and ranks[0]["param_sha"] == ranks[1]["param_sha"]
     assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
+
+
+def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered, tmp_path):
+    """What holds for a language absent from a step (FCLL, ZeRO-2, AdamW): its LSL gets no gradient,
+    so before it is first trained it stays bit-identical to its initial value; once trained, later
+    steps without it still move it, by AdamW's momentum (ZeRO updates its whole flat partition)."""
+    import torch
+    from cll_scale.config import ModelConfig
+    from cll_scale.model import CLLTransformer
+    from cll_scale.stream import ShardStream, StreamConfig
+    from tests.test_train_step import checkpoint_weights
+    run = tmp_path / "run"
+    cll_train(*common(m30k_centered, run, 4, "--set", "train.ckpt_every=1", "--set", "train.keep_last=10",
+                      "--set", "train.export=false"))
+    config = json.loads((run / "config.json").read_text())
+    model_cfg = ModelConfig.from_json(config["model"])
+    stream = ShardStream(m30k_centered, StreamConfig(**config["data"]))
+    targets = [next(stream).direction.split("-")[1] for _ in range(4)]
+    torch.manual_seed(config["train"]["seed"])
+    before = {n: p.detach().clone() for n, p in CLLTransformer(model_cfg).named_parameters() if n.startswith("lsl.")}
+    trained: set[str] = set()
+    moved_by_momentum = never_moved = 0
+    for step, tgt in enumerate(targets, 1):
+        after = {n: w for n, w in checkpoint_weights(run, step).items() if n.startswith("lsl.")}
+        for slot, lang in enumerate(model_cfg.lsl_languages):
+            changed = not torch.equal(before[f"lsl.{slot}"], after[f"lsl.{slot}"])
+            if lang == tgt:
+                assert changed, (step, lang)
+            elif lang not in trained:
+                assert not changed, (step, lang)                 # never had a gradient, never moved
+                never_moved += 1
+            else:
+                assert changed, (step, lang)                     # absent now, moved by its momentum
+                moved_by_momentum += 1
+        trained.add(tgt)
+        before = after
+    assert never_moved >= 1 and moved_by_momentum >= 1, targets     # both cases were seen
+

@@ -1,5 +1,6 @@
 """Translator, cll-translate and cll-eval as a user runs them, plus the metrics they rely on."""
 import json
+import math
 import subprocess
 import sys
 
@@ -12,10 +13,16 @@ from cll_scale.translate import Translator
 from tests.conftest import ROOT, run_cli
 
 
-def test_bleu_of_reference_against_itself_is_100(multi30k):
-    refs = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:50]
-    res, signature = score_direction("en-de", "supervised", refs, refs, refs, ["en", "de"], ["en-de"])
-    assert res.bleu == pytest.approx(100.0) and res.chrf == pytest.approx(100.0)
+def test_bleu_of_known_pairs():
+    """Values worked out by hand: six words with the last one wrong keep 5/6, 4/5, 3/4 and 2/3 of
+    their 1- to 4-grams, so BLEU = 100 · (1/3)^(1/4); five correct words of a six-word reference
+    have every precision 1 and the brevity penalty exp(1 - 6/5)."""
+    ref = ["ein Hund läuft über die Wiese"]
+    res, signature = score_direction("en-de", "supervised", ["ein Hund läuft über die Straße"], ref, ["x"],
+                                     ["en", "de"], ["en-de"])
+    assert res.bleu == pytest.approx(100 * 3 ** -0.25, abs=1e-6) and 50 < res.chrf < 100
+    res, _ = score_direction("en-de", "supervised", ["ein Hund läuft über die"], ref, ["x"], ["en", "de"], ["en-de"])
+    assert res.bleu == pytest.approx(100 * math.exp(1 - 6 / 5), abs=1e-6)
     assert "tok:13a" in signature
 
 
