@@ -7,6 +7,7 @@ only through :mod:`cll_scale.engine`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,13 @@ from cll_scale import engine as ds
 from cll_scale.export import write_export
 
 BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (TrainConfig.best_metric)
+
+
+def chosen_export(run_dir: str | os.PathLike) -> Path:
+    """The export a run's evaluation uses: the checkpoint chosen on supervised validation when the
+    run made one (``export-best/``), else its last one (``export/``)."""
+    best = Path(run_dir) / BEST_EXPORT
+    return best if (best / "export.json").exists() else Path(run_dir) / "export"
 
 
 class CheckpointError(RuntimeError):

@@ -36,6 +36,7 @@ import sentencepiece as spm
 import torch
 
 from cll_scale import engine as ds
+from cll_scale.checkpointer import chosen_export
 from cll_scale.cli import add_before_after_arguments, add_debug_argument, csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import load_export, write_export
@@ -253,8 +254,7 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
                         "ds_config": cfg.ds_config, "seed": cfg.seed, "valid_every": 500, "ckpt_every": 250,
                         "keep_last": 2, "log_every": 25}}
     Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
-    best = run / "export-best"
-    return best if (best / "export.json").exists() else run / "export"
+    return chosen_export(run)
 
 
 def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:

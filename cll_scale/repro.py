@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from cll_scale.checkpointer import chosen_export
 from cll_scale.cli import add_debug_argument, non_negative_float, non_negative_int, pick_device, positive_int, run
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, markdown, pairs_from_shards
@@ -79,12 +80,6 @@ def run_state(run_dir: Path) -> dict:
     export = run_dir / "export" / "export.json"
     exported_step = json.loads(export.read_text()).get("step") if export.exists() else None
     return {"last": last, "exported_step": exported_step}
-
-
-def chosen_export(run_dir: Path) -> Path:
-    """The checkpoint selected on supervised validation when training made one, else the last."""
-    best = run_dir / "export-best"
-    return best if (best / "export.json").exists() else run_dir / "export"
 
 
 def export_ids(runs: dict[str, Path]) -> dict[str, str]:

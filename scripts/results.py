@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from cll_scale.evaluate import DirectionResult, averages, markdown  # noqa: E402
 from cll_scale.outputs import write_atomic  # noqa: E402
-from cll_scale.repro import chosen_export, hardware, plot_links, train  # noqa: E402
+from cll_scale.checkpointer import chosen_export  # noqa: E402
+from cll_scale.repro import hardware, plot_links, train  # noqa: E402
 from cll_scale.train import frozen_names  # noqa: E402
 
 PY = sys.executable
