@@ -21,5 +21,5 @@ $PY -m data_tools verify "$SHARDS"
 $PY -m data_tools inspect "$SHARDS"
 # Re-running resumes unfinished models and skips finished ones.
 $PY -m cll_scale.repro --condition centered --variants baseline,fcll --minutes-per-model "$MINUTES" \
-    --multi30k "$MULTI30K" --runs-root runs/quickstart --out runs/quickstart/results \
+    --multi30k "$MULTI30K" --shards-root data/shards --runs-root runs/quickstart --out runs/quickstart/results \
     --splits test_2016_flickr --max-sentences "$SENTENCES"
