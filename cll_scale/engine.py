@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.outputs import write_atomic
+from cll_scale.outputs import OutputError, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DS_CONFIGS = ROOT / "ds_configs"
@@ -285,7 +285,7 @@ def resumable_tag(ckpt_dir: Path) -> tuple[str | None, str]:
         return named, ""
     tags = sorted((p.name for p in ckpt_dir.glob("step*") if p.is_dir() and not p.name.endswith("_universal")),
                   reverse=True)
-    problems = {t: checkpoint_problem(ckpt_dir, t) for t in tags}
+    problems = {t: problem if t == named else checkpoint_problem(ckpt_dir, t) for t in tags}
     good = [t for t in tags if problems[t] is None]
     if good:
         return good[0], (f"{ckpt_dir / 'latest'} names {named} ({problem}); resuming from {good[0]}, "
@@ -349,6 +349,21 @@ def host_all_reduce(values: list[float], op: str = "sum") -> list[float]:
            "min": torch.distributed.ReduceOp.MIN}
     torch.distributed.all_reduce(t, op=ops[op], group=_HOST_GROUP)
     return t.tolist()
+
+
+def on_rank0(fn, what: str):
+    """Run ``fn`` on rank 0 only and return its result there; an expected error it raises
+    (``OSError``, ``ValueError``) is raised on every rank, since the others would otherwise wait
+    for rank 0 in their next collective."""
+    result, error = None, None
+    if torch.distributed.get_rank() == 0:
+        try:
+            result = fn()
+        except (OSError, ValueError) as err:
+            error = err
+    if host_all_reduce([float(error is not None)])[0]:
+        raise error or OutputError(f"{what}: refused on rank 0 (see its message)")
+    return result
 
 
 def barrier() -> None:

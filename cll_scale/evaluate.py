@@ -97,12 +97,12 @@ def pairs_from_shards(shard_dir: str | Path, split: str) -> dict[str, tuple[list
 
 def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, tuple[list[str], list[str]]]:
     """Raw test text straight from a corpus (multi-way ``{split}.{lang}`` or OPUS-100 layout)."""
-    from data_tools.sources import _SPLIT_ALIASES, canonical_split, detect_format, read_multiway, read_opus100
+    from data_tools.sources import canonical_split, detect_format, read_multiway, read_opus100, split_names
     fmt = detect_format(path)
     if fmt == "multiway":
         # valid / val / dev name one split: take whichever the corpus has files for.
-        names = [split, canonical_split(split)] + [k for k, v in _SPLIT_ALIASES.items() if v == canonical_split(split)]
-        split = next((n for n in names if any((Path(path) / f"{n}.{x}").exists() for x in languages)), split)
+        split = next((n for n in split_names(split) if any((Path(path) / f"{n}.{x}").exists() for x in languages)),
+                     split)
         langs = [x for x in languages if (Path(path) / f"{split}.{x}").exists()]
         if not langs:
             have = sorted({f.name.rsplit(".", 1)[0] for f in Path(path).iterdir() if f.is_file() and "." in f.name})
@@ -242,13 +242,16 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
     summary compares like with like."""
     directions = select_directions(pairs, directions, test_set)
     report = {"test_set": test_set, "beam": beam, "models": {}}
+    central = {}                     # report entry -> the central language of its model
     for name, tr in translators.items():
         log(f"{name}:")
         report["models"][name] = evaluate_model(tr, pairs, directions, True, max_sentences, log=log)
+        central[name] = tr.manifest.central_language
         if ablate_lsl and tr.model.cfg.cll_layers:
             log(f"{name} without LSL:")
             report["models"][f"{name} (LSL off)"] = evaluate_model(tr, pairs, directions, False, max_sentences,
                                                                     log=log)
+            central[f"{name} (LSL off)"] = tr.manifest.central_language
     scored = [{d["direction"] for d in r["directions"]} for r in report["models"].values()]
     if not any(scored):
         raise ValueError(f"{test_set}: no model could be scored on any direction "
@@ -258,8 +261,7 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
         report["common_directions"] = sorted(common)
         for name, r in report["models"].items():
             rows = [DirectionResult(**d) for d in r["directions"] if d["direction"] in common]
-            central = translators[name.removesuffix(" (LSL off)")].manifest.central_language
-            r["common_averages"] = averages(rows, central)
+            r["common_averages"] = averages(rows, central[name])
         log(f"the models were scored on different directions: the summary averages only the "
             f"{len(common)} they share ({', '.join(sorted(common)) or 'none'})")
     report["bleu_signature"] = next((r["bleu_signature"] for r in report["models"].values()

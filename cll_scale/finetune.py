@@ -15,7 +15,7 @@ from cll_scale.cli import run as cli_run
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, pairs_from_shards, write_report
 from cll_scale.manifest import Manifest
-from cll_scale.outputs import BusyError, DirLock, OutputError, write_atomic
+from cll_scale.outputs import DirLock, OutputError, write_atomic
 from cll_scale.train import Interrupted
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -52,21 +52,18 @@ PATH_SETTINGS = ("model", "data", "corpus", "out")   # compared as absolute path
 
 def open_output(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
                 rank: int) -> DirLock | None:
-    """Rank 0 locks ``out`` and checks the recorded settings; every rank learns the verdict (a
-    refusal on rank 0 must not leave the others waiting in a collective)."""
+    """Rank 0 locks ``out`` and checks the recorded settings; every rank learns the verdict."""
     settings = {k: str(Path(v).resolve()) if k in PATH_SETTINGS and v else v for k, v in settings.items()}
-    lock, error = None, None
-    if rank == 0:
+
+    def lock_and_record() -> DirLock:
+        lock = DirLock(out, prog + " run").acquire()
         try:
-            lock = DirLock(out, prog + " run").acquire()
             record_settings(out, prog, settings, may_change, restart)
-        except (BusyError, OutputError, OSError) as err:
-            error = err
-            if lock is not None:
-                lock.release()
-    if ds.host_all_reduce([float(error is not None)])[0]:
-        raise error or OutputError(f"{out}: refused on rank 0 (see its message)")
-    return lock
+        except BaseException:
+            lock.release()
+            raise
+        return lock
+    return ds.on_rank0(lock_and_record, str(out))
 
 
 def before_after(models: dict[str, str | Path], data: str | Path, splits: list[str], test_name: str, beam: int,

@@ -34,7 +34,7 @@ class MetricsWindow:
     """Device-side sums over the steps since the last log line."""
 
     def __init__(self, device: torch.device, capacity: int):
-        self.device, self.capacity = device, capacity
+        """``capacity``: log_every, the most steps a window holds before it is flushed."""
         self.sums = torch.zeros(3, dtype=torch.float64, device=device)       # loss, nll, tokens
         self.skip_flags = torch.zeros(capacity, dtype=torch.float32, device=device)
         self.consecutive = torch.zeros((), dtype=torch.float32, device=device)   # skipped in a row
@@ -52,7 +52,7 @@ class MetricsWindow:
         # `where`, not a product, so that a skipped step's NaN stays out of the sums.
         self.sums += torch.where(ok, values, 0.0)
         bad = 1.0 - ok.float()
-        self.skip_flags[self.n % self.capacity] = bad
+        self.skip_flags[self.n] = bad
         self.consecutive.mul_(bad).add_(bad)      # +1 on a skipped step, back to 0 on a kept one
         self.n += 1
         self.seconds += seconds
@@ -63,7 +63,7 @@ class MetricsWindow:
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             torch.distributed.all_reduce(self.sums)
         values = torch.cat([self.sums, self.consecutive.double().reshape(1), self.skip_flags.double()]).tolist()
-        (loss, nll, tokens, in_a_row), flags = values[:4], values[4:4 + min(self.n, self.capacity)]
+        (loss, nll, tokens, in_a_row), flags = values[:4], values[4:4 + self.n]
         in_a_row = int(in_a_row)
         skipped = [self.first_step + i for i, f in enumerate(flags) if f]
         out = {"loss": loss, "nll": nll, "tokens": tokens, "seconds": self.seconds}

@@ -300,15 +300,9 @@ class CLLTransformer(nn.Module):
     def lsl_views(self, slot: int) -> list[tuple[torch.Tensor, ...]]:
         """(w1 (R, D), b1 (R,), w2 (D, R), b2 (D,), t (1,)) of LSL ``slot`` for each CLL layer, as
         views of its Parameter (taken per forward: an engine may move the Parameter's storage)."""
-        flat, out, offset = self.lsl[slot], [], 0
-        for _ in self.cfg.cll_layers:
-            views = []
-            for shape in self._lsl_shapes:
-                n = math.prod(shape)
-                views.append(flat[offset:offset + n].view(shape))
-                offset += n
-            out.append(tuple(views))
-        return out
+        shapes, k = self._lsl_shapes * len(self.cfg.cll_layers), len(self._lsl_shapes)
+        views = [c.view(shape) for c, shape in zip(self.lsl[slot].split([math.prod(x) for x in shapes]), shapes)]
+        return [tuple(views[i:i + k]) for i in range(0, len(views), k)]
 
     def decode(self, prev_tokens, enc_out, enc_mask, tgt_lang, cache: list | None = None, offset: int = 0,
                use_lsl: bool = True, groups: LangGroups | None = None) -> torch.Tensor:

@@ -31,11 +31,12 @@ from cll_scale.checkpointer import BEST_EXPORT, Checkpointer, git_commit
 from cll_scale.cli import DeviceError, add_debug_argument, non_negative_int, run
 from cll_scale.config import PRESETS, apply_overrides, build_configs, load_recipe
 from cll_scale.export import export_model_config, load_export
+from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
 from cll_scale.metrics import MetricsLog, MetricsWindow
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.optim import GuardedAdamW, inverse_sqrt
-from cll_scale.outputs import BusyError, DirLock, write_atomic
+from cll_scale.outputs import DirLock, write_atomic
 from cll_scale.stream import ShardStream
 from cll_scale.validator import Validator
 
@@ -84,6 +85,20 @@ def frozen_names(names: list[str], patterns: list[str]) -> set[str]:
     return frozen
 
 
+def _fault_spec(rank: int) -> set[tuple[str, int]]:
+    """Test hook, ``CLL_FAULT=<kind>@<step>[x<count>]`` (only on rank ``CLL_FAULT_RANK`` if set),
+    read once: ``nan`` makes those steps' loss non-finite, ``oom`` raises out-of-memory in their
+    forward pass, ``crash_in_save`` kills the process in the middle of that step's checkpoint
+    save. Returns the (kind, step) pairs still to inject."""
+    if os.environ.get("CLL_FAULT_RANK", str(rank)) != str(rank):
+        return set()
+    name, _, at = os.environ.get("CLL_FAULT", "").partition("@")
+    first, _, count = at.partition("x")
+    if not first.isdigit():
+        return set()
+    return {(name, step) for step in range(int(first), int(first) + (int(count) if count.isdigit() else 1))}
+
+
 class Trainer:
     """Builds the run from a recipe and trains it; DeepSpeed only through :mod:`cll_scale.engine`.
 
@@ -112,14 +127,7 @@ class Trainer:
             raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
         self.run_dir = Path(self.cfg.run_dir)
         # One process writes a run directory (rank 0 of the run holds the lock until train() ends).
-        self.lock, busy = None, None
-        if self.rank == 0:
-            try:
-                self.lock = DirLock(self.run_dir, "training run").acquire()
-            except BusyError as err:
-                busy = err
-        if ds.host_all_reduce([float(busy is not None)])[0]:      # every rank stops, not only rank 0
-            raise busy or BusyError(f"{self.run_dir} is in use by another training run (see rank 0)")
+        self.lock = ds.on_rank0(DirLock(self.run_dir, "training run").acquire, str(self.run_dir))
         try:
             self._build(recipe, resume, data_dir)
         except BaseException:
@@ -152,10 +160,12 @@ class Trainer:
         self.optimizer = None             # set by _optimizer unless the DeepSpeed config brings its own
         self._ds_cfg = ds_cfg
         self.engine = ds.initialize(self.model, ds_cfg, self._optimizer, self._scheduler)
+        # The client optimizer that decides skips on the device (None: DeepSpeed's own optimizer)
+        self.guard = self.optimizer if isinstance(self.optimizer, GuardedAdamW) else None
         self.device = self.engine.device
         self.step, self.elapsed, self.tokens_seen = 0, 0.0, 0
         self.epoch = 0.0    # of the current train.data, averaged over ranks (the same on every rank)
-        self._faults_done: set[tuple[str, int]] = set()
+        self._faults = _fault_spec(self.rank)
         self._stop_signal = 0
         self.metrics = MetricsLog(self.run_dir / "metrics.jsonl", self.rank)
         torch.manual_seed(self.cfg.seed * 1000 + self.rank)   # dropout differs between ranks
@@ -330,8 +340,7 @@ class Trainer:
         nll_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         ok = torch.ones((), dtype=torch.bool, device=self.device)
         tokens = 0
-        guarded = isinstance(self.optimizer, GuardedAdamW)
-        calls = self.optimizer.steps_called if guarded else 0
+        calls = self.guard.steps_called if self.guard else 0
         for _ in range(self.cfg.grad_accum):
             batch = next(self.stream)
             loss, nll, finite = self._forward_backward(batch)
@@ -339,12 +348,12 @@ class Trainer:
             nll_sum += nll.float()
             tokens += batch.ntokens
             ok = ok & finite
-            if guarded:
-                self.optimizer.loss_ok = ok       # the optimizer adds the gradients' verdict
+            if self.guard:
+                self.guard.loss_ok = ok           # the optimizer adds the gradients' verdict
             eng.step()
-        if guarded:
+        if self.guard:
             # Not called: DeepSpeed's own overflow check (fp16 configs) dropped the step.
-            ok = self.optimizer.last_ok if self.optimizer.steps_called > calls else torch.zeros_like(ok)
+            ok = self.guard.last_ok if self.guard.steps_called > calls else torch.zeros_like(ok)
         return loss_sum, nll_sum, tokens, ok
 
     def _forward_backward(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -353,7 +362,7 @@ class Trainer:
         short row of the same target language instead, so its gradient reductions still pair
         with the other ranks' (fairseq recovers the same way)."""
         eng, model = self.engine, self.engine.module
-        lang = self.lang_index[batch.direction.split("-")[1]]
+        lang = self.lang_index[Direction.parse(batch.direction).tgt]
         try:
             dev = batch.to(self.device)
             if self._fault("oom", self.step + 1):
@@ -365,7 +374,8 @@ class Trainer:
             oom = True       # handled below, outside the except block, whose traceback holds the memory
         if oom:
             dev = logits = None
-            self._free_device_memory()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
             print(f"[cll-train] rank {self.rank}, step {self.step + 1}: out of memory on a {batch.direction} "
                   f"batch of {len(batch)} rows x {batch.src_tokens.shape[1]} source / "
                   f"{batch.tgt_tokens.shape[1]} target tokens; the step is skipped on every rank",
@@ -387,10 +397,6 @@ class Trainer:
                 f"this step cannot be skipped; lower data.max_tokens and --resume from the last checkpoint") from None
         return loss, nll, finite
 
-    def _free_device_memory(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-
     def _budget_spent(self) -> bool:
         # Decided from all-reduced numbers only, so every rank stops at the same step.
         return bool((self.cfg.max_steps and self.step >= self.cfg.max_steps)
@@ -398,19 +404,9 @@ class Trainer:
                     or (self.cfg.max_minutes and self.elapsed >= self.cfg.max_minutes * 60))
 
     def _fault(self, kind: str, step: int) -> bool:
-        """Test hook, ``CLL_FAULT=<kind>@<step>[x<count>]`` (each step once per process; only on
-        rank ``CLL_FAULT_RANK`` if set): ``nan`` makes that step's loss non-finite, ``oom`` raises
-        out-of-memory in its forward pass, ``crash_in_save`` kills the process in the middle of
-        that step's checkpoint save."""
-        if os.environ.get("CLL_FAULT_RANK", str(self.rank)) != str(self.rank):
-            return False
-        name, _, at = os.environ.get("CLL_FAULT", "").partition("@")
-        first, _, count = at.partition("x")
-        if name != kind or not first.isdigit() or (kind, step) in self._faults_done:
-            return False
-        hit = int(first) <= step < int(first) + (int(count) if count.isdigit() else 1)
-        if hit:
-            self._faults_done.add((kind, step))
+        """Test hook (see :func:`_fault_spec`): whether ``kind`` is injected at ``step``, once."""
+        hit = (kind, step) in self._faults
+        self._faults.discard((kind, step))
         return hit
 
     # -- logging, validation, checkpoints, export -----------------------------------------------------
@@ -423,8 +419,7 @@ class Trainer:
             raise FloatingPointError(f"{in_a_row} steps in a row skipped (non-finite or out of memory) up to step "
                                      f"{self.step}: training diverged or the batches do not fit; the last good "
                                      f"checkpoint is {self.checkpointer.latest()}")
-        guarded = isinstance(self.optimizer, GuardedAdamW)
-        grad_norm = self.optimizer.grad_norm if guarded else self.engine.get_global_grad_norm()
+        grad_norm = self.guard.grad_norm if self.guard else self.engine.get_global_grad_norm()
         record = self.window.record(sums, skipped, step=self.step, lr=self.engine.get_lr()[0], epoch=self.epoch,
                                     grad_norm=None if grad_norm is None else float(grad_norm),
                                     elapsed_s=self.elapsed, tokens_seen=self.tokens_seen)

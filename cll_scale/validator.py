@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from cll_scale import engine as ds
+from cll_scale.languages import Direction
 from cll_scale.model import label_smoothed_loss
 from cll_scale.stream import eval_batches
 
@@ -48,7 +49,7 @@ class Validator:
         directions = self.manifest.splits[self.split].directions()
         sums = torch.zeros(len(directions), 2, dtype=torch.float64, device=self.device)   # nll, tokens
         for k, direction in enumerate(directions):
-            lang = self.manifest.languages.index(direction.split("-")[1])
+            lang = self.manifest.languages.index(Direction.parse(direction).tgt)
             for i, batch in enumerate(eval_batches(self.cfg.data, self.split, direction, self.stream_cfg.max_tokens,
                                                    self.rank, self.world, self.stream_cfg.add_lang_tag)):
                 if self.cfg.valid_max_batches and i >= self.cfg.valid_max_batches:

@@ -32,6 +32,12 @@ def canonical_split(name: str) -> str:
     return _SPLIT_ALIASES.get(name, name)
 
 
+def split_names(name: str) -> list[str]:
+    """Every name of one split, ``name`` first: valid, val, dev and validation are one."""
+    canonical = canonical_split(name)
+    return list(dict.fromkeys([name, canonical, *(k for k, v in _SPLIT_ALIASES.items() if v == canonical)]))
+
+
 @dataclass
 class AlignedSplit:
     """Line-aligned text in ``langs``; ``directions`` are the pairs to write from it."""

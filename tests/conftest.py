@@ -43,16 +43,20 @@ def m30k_centered(multi30k, tmp_path_factory) -> Path:
     return out
 
 
+def head_corpus(multi30k: Path, out: Path, keep, lines: int = 300) -> Path:
+    """The first ``lines`` lines of the Multi30k files for which ``keep(file_name)`` holds."""
+    out.mkdir(parents=True)
+    for f in multi30k.iterdir():
+        if keep(f.name):
+            head = f.read_text(encoding="utf-8").splitlines()[:lines]
+            (out / f.name).write_text("\n".join(head) + "\n", encoding="utf-8")
+    return out
+
+
 @pytest.fixture()
 def small_multiway(multi30k, tmp_path) -> Path:
     """The first 300 lines of each Multi30k file: real text, quick to build."""
-    out = tmp_path / "small"
-    out.mkdir()
-    for f in multi30k.iterdir():
-        if f.name.startswith(("train.", "val.")):
-            lines = f.read_text(encoding="utf-8").splitlines()[:300]
-            (out / f.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    return head_corpus(multi30k, tmp_path / "small", lambda name: name.startswith(("train.", "val.")))
 
 
 sys.path.insert(0, str(ROOT))

@@ -15,7 +15,7 @@ from cll_scale.export import load_export
 from cll_scale.extend import grow_model, old_cll_patterns
 from cll_scale.manifest import Manifest
 from cll_scale.stream import eval_batches
-from tests.conftest import ROOT
+from tests.conftest import ROOT, head_corpus
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
@@ -26,12 +26,7 @@ def pretrained(multi30k, tmp_path_factory):
     from data_tools.build import BuildConfig, build_shards
     from data_tools.sources import read_multiway
     tmp = tmp_path_factory.mktemp("extend")
-    corpus = tmp / "corpus"
-    corpus.mkdir()
-    for f in multi30k.iterdir():
-        if f.name.startswith(("train.", "val.", "test_2016_flickr.")):
-            lines = f.read_text(encoding="utf-8").splitlines()[:300]
-            (corpus / f.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    corpus = head_corpus(multi30k, tmp / "corpus", lambda name: name.startswith(("train.", "val.", "test_2016_flickr.")))
     shards = tmp / "shards"
     build_shards(read_multiway(corpus, "centered", langs=["en", "de", "fr"]),
                  BuildConfig(out_dir=str(shards), vocab_size=1000, block_rows=64))

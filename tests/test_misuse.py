@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cll_scale.cli import EXIT_DEVICE, EXIT_FILES, EXIT_INPUT
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, head_corpus, run_cli
 from tests.test_train import ENV, common, losses
 
 PY = sys.executable
@@ -36,12 +36,7 @@ def triangle_export(multi30k, tmp_path_factory):
     from data_tools.build import BuildConfig, build_shards
     from data_tools.sources import read_multiway
     root = tmp_path_factory.mktemp("tri")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for f in multi30k.iterdir():
-        if f.name.split(".")[-1] in ("de", "fr", "cs"):
-            lines = f.read_text(encoding="utf-8").splitlines()[:300]
-            (corpus / f.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    corpus = head_corpus(multi30k, root / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs"))
     shards = root / "shards"
     build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]), BuildConfig(out_dir=str(shards), vocab_size=800))
     res = cli("cll_scale.train", *common(shards, root / "run", 3))
