@@ -18,6 +18,7 @@ from pathlib import Path
 
 VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
 RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
+INITS = ("torch", "xavier")
 
 
 @dataclass
@@ -38,6 +39,8 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
+    init: str = "torch"                     # Linear weights: torch's default, or "xavier" as fairseq
+                                            # (the paper's code): Xavier-uniform, zero biases
     # --- CLL (paper §3, Eq. 3) -------------------------------------------------------------
     languages: list[str] = field(default_factory=list)   # index = tgt_lang id (manifest order)
     central_language: str | None = None                   # None: every language has an LSL
@@ -65,6 +68,8 @@ class ModelConfig:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.init not in INITS:
+            raise ValueError(f"model.init must be one of {INITS}, not {self.init!r}")
         if self.residual_sublayer not in (None, *RESIDUAL_SUBLAYERS):
             raise ValueError(f"residual_sublayer must be one of {RESIDUAL_SUBLAYERS} or None")
         if self.central_language is not None and self.central_language not in self.languages:
@@ -110,12 +115,18 @@ class ModelConfig:
 
 
 # Size presets (the rest of ModelConfig keeps its defaults). `small` is the CPU experiment size,
-# `base` the paper's OPUS-100 model (App. A), `big` the usual Transformer-big.
+# `base` the paper's OPUS-100 model (App. A), `big` the usual Transformer-big. `paper` is the
+# model of the authors' code for the triangle and Europarl runs (github zhiqu22/AdapNonCenter, a
+# fairseq `transformer`): 5+5 post-norm layers, dropout 0.3, Xavier init, and LSLs hard-coded at
+# 512 -> 1024 -> 512 with CLL dropout 0.3. Their dropout after `t_l ·` equals ours before it
+# (dropout commutes with a scalar).
 PRESETS: dict[str, dict] = {
     "tiny": dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, lsl_dim=16,
                  max_positions=512),
     "small": dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, lsl_dim=256),
     "base": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, lsl_dim=256),
+    "paper": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=5, decoder_layers=5, lsl_dim=1024,
+                  dropout=0.3, cll_dropout=0.3, pre_norm=False, init="xavier"),
     "big": dict(d_model=1024, n_heads=16, ffn_dim=4096, encoder_layers=6, decoder_layers=6, lsl_dim=512,
                 dropout=0.3),
 }

@@ -7,7 +7,7 @@ Paper (Qu & Watanabe 2022), Eq. (3): in a decoder layer with CLL the FFN becomes
 ``CLL_l(h) = FFN(h) + t_l · LSL_l(h)`` for a non-central target language ``l`` and ``FFN(h)``
 for the central one, with ``LSL_l(h) = max(0, h W1_l + b1_l) W2_l + b2_l``.
 
-LSL storage: one Parameter per language (and per layer), not a stacked ``[L, D, R]`` tensor.
+LSL storage: one Parameter per language (all its CLL layers), not a stacked ``[L, D, R]`` tensor.
 A language absent from a step then gets no gradient at all (``grad=None``; plain AdamW leaves it
 untouched), freezing the old languages when a new one is added (paper §4.4) is
 ``requires_grad=False`` instead of gradient masks, and adding a language appends a Parameter.
@@ -261,6 +261,8 @@ class CLLTransformer(nn.Module):
                     nn.init.xavier_uniform_(w1)
                     nn.init.xavier_uniform_(w2)
                     t.fill_(cfg.t_init)
+        if cfg.init == "xavier":
+            self._xavier_init()
         self._register_load_state_dict_pre_hook(_pack_per_layer_lsl)
         self.enc_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
         self.dec_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
@@ -268,6 +270,24 @@ class CLLTransformer(nn.Module):
         slots = [cfg.lsl_languages.index(x) if x in cfg.lsl_languages else -1 for x in cfg.languages]
         self.register_buffer("lang_slot", torch.tensor(slots or [-1], dtype=torch.long), persistent=False)
         self._host_slots = slots
+
+    @torch.no_grad()
+    def _xavier_init(self) -> None:
+        """fairseq's Transformer init (the paper's code): Xavier-uniform Linear weights with zero
+        biases; query, key and value projections with gain 1/√2 (fairseq scales them so, as they
+        are three projections of one input). Our fused key/value weight gets it per half."""
+        for module in self.modules():
+            if isinstance(module, Attention):
+                nn.init.xavier_uniform_(module.q.weight, gain=2 ** -0.5)
+                for half in module.kv.weight.chunk(2, dim=0):
+                    nn.init.xavier_uniform_(half, gain=2 ** -0.5)
+                nn.init.xavier_uniform_(module.out.weight)
+                for linear in (module.q, module.kv, module.out):
+                    nn.init.zeros_(linear.bias)
+            elif isinstance(module, FeedForward):
+                for linear in (module.fc1, module.fc2):
+                    nn.init.xavier_uniform_(linear.weight)
+                    nn.init.zeros_(linear.bias)
 
     # -- pieces (also used by incremental decoding) ------------------------------------------
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:

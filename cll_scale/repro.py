@@ -2,9 +2,15 @@
 
     cll-repro --condition triangle --minutes-per-model 90
     cll-repro --condition centered --variants baseline,sd,fcll --minutes-per-model 120
+    cll-repro --condition triangle --variants baseline,fcll,sd,sd_attn --seeds 1,2,3 --steps-per-model 4200
+    cll-repro --condition triangle --settings paper --seeds 1,2,3 --steps-per-model 4000
 
 Builds the shards of the condition (paper §4.1) if missing, trains every variant from
-``recipes/multi30k_<condition>_<variant>.yaml`` with the same seed and budget (re-running resumes
+``recipes/multi30k_<condition>_<variant>.yaml`` (``--settings paper``: the
+``multi30k_<condition>_paper_<variant>.yaml`` recipes, which follow the authors' code) with the
+same seed and budget (with ``--seeds``, every variant once per seed, seed 1 of every variant
+first; a seed sets both the initialisation and the data order, so the variants of one seed see
+the same batches, and the report gives mean ± std over seeds beside each seed's rows; re-running resumes
 each unfinished model from its checkpoint, so a long CPU run can span several sittings; a GPU is
 used when present), evaluates every export on the Multi30k test sets, and writes
 ``<out>/<condition>.md`` with the tables, plots, budget, steps, epochs, hardware and command.
@@ -19,6 +25,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +33,8 @@ from pathlib import Path
 import torch
 
 from cll_scale.checkpointer import chosen_export
-from cll_scale.cli import add_debug_argument, non_negative_float, non_negative_int, pick_device, positive_int, run
+from cll_scale.cli import (add_debug_argument, csv_list, non_negative_float, non_negative_int, pick_device,
+                           positive_int, run)
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, markdown, pairs_from_shards
 from cll_scale.outputs import write_atomic
@@ -129,13 +137,15 @@ def budget_text(budget: dict) -> str:
 
 
 def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
-                 command: str, out: Path) -> Path:
+                 command: str, out: Path, seed_groups: dict[str, list[str]] | None = None) -> Path:
     figs = out / condition
     figs.mkdir(parents=True, exist_ok=True)
+    same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
+            else "same seed, data order and settings for every model")
     lines = [f"# Multi30k, {condition} condition: Baseline vs CLL", "",
              f"Command: `{command}`", "",
-             f"Hardware: {hardware()}. Budget: {budget_text(budget)}; same seed, data order and settings "
-             "for every model (the recipes differ only in `model.variant`).", "",
+             f"Hardware: {hardware()}. Budget: {budget_text(budget)}; {same} (the recipes differ only in "
+             "the variant's settings).", "",
              "Evaluated checkpoint: the one with the lowest supervised validation NLL (`export-best/`; "
              "zero-shot directions play no part in the choice), else the last one.", "",
              "| model | steps | epochs | target tokens seen | training minutes | last train NLL | last valid NLL "
@@ -152,16 +162,34 @@ def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict]
     if curve:
         lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({condition}/{curve.name})"]
     for split, report in reports.items():
-        lines += ["", f"## {split}", "", markdown(report), *plot_links(report, figs, f"{split}_")]
+        lines += ["", f"## {split}", ""]
+        if seed_groups:
+            lines += ["Mean ± sample standard deviation over seeds, then every model of every seed.", "",
+                      seed_table(report, seed_groups)]
+        lines += [markdown(report), *plot_links(report, figs, f"{split}_")]
     path = out / f"{condition}.md"
     write_atomic(path, "\n".join(lines) + "\n")
     return path
 
 
+def seed_list(text: str) -> list[int]:
+    seeds = [positive_int(x) for x in csv_list(text)]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive seeds, e.g. 1,2,3")
+    return seeds
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--condition", choices=("centered", "triangle"), required=True)
-    p.add_argument("--variants", default="baseline,fcll", help="comma-separated: baseline, sd, fcll")
+    p.add_argument("--variants", default="baseline,fcll",
+                   help="comma-separated variants with a recipe: baseline, fcll, sd (the FFN residual of the "
+                        "middle encoder layer removed, as the authors' code), sd_attn (its self-attention "
+                        "residual removed, as Liu et al. 2021)")
+    p.add_argument("--settings", choices=("small", "paper"), default="small",
+                   help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code")
+    p.add_argument("--seeds", type=seed_list,
+                   help="e.g. 1,2,3: train every variant once per seed and report mean ± std over them")
     p.add_argument("--steps-per-model", type=non_negative_int, default=0,
                    help="step budget: every variant sees exactly the same batches (preferred)")
     p.add_argument("--minutes-per-model", type=non_negative_float, default=0.0,
@@ -184,6 +212,61 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def recipe_files(recipes: Path, condition: str, settings: str) -> dict[str, Path]:
+    """Variant name -> recipe, for a condition and settings (``small``: ``multi30k_<c>_<v>.yaml``,
+    ``paper``: ``multi30k_<c>_paper_<v>.yaml``)."""
+    prefix = f"multi30k_{condition}_" + ("paper_" if settings == "paper" else "")
+    found = {p.stem[len(prefix):]: p for p in sorted(recipes.glob(f"{prefix}*.yaml"))}
+    return {v: p for v, p in found.items() if settings == "paper" or not v.startswith("paper_")}
+
+
+def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[str]], dict[str, list[str]]]:
+    """Every model to train, in training order (with seeds: seed 1 of every variant first), as
+    name -> run dir, name -> recipe and name -> its own overrides, and variant -> its names."""
+    variants = csv_list(args.variants)
+    recipes = recipe_files(Path(args.recipes), args.condition, args.settings)
+    missing = [v for v in variants if v not in recipes]
+    if missing or not variants:            # before any shard is built
+        raise ValueError(f"--variants {args.variants}: no {args.settings} recipe for "
+                         f"{', '.join(missing) or '(empty list)'} in {args.recipes}; variants with one: "
+                         f"{', '.join(recipes) or 'none'}")
+    stem = f"multi30k-{args.condition}" + ("-paper" if args.settings == "paper" else "")
+    runs, recipe_of, overrides, groups = {}, {}, {}, {}
+    for seed in args.seeds or [None]:
+        for v in variants:
+            name = v if seed is None else f"{v} seed{seed}"
+            runs[name] = Path(args.runs_root) / (f"{stem}-{v}" if seed is None else f"{stem}-{v}-seed{seed}")
+            recipe_of[name] = recipes[v]
+            # One seed sets the initialisation and the data order alike.
+            overrides[name] = [] if seed is None else [f"train.seed={seed}", f"data.seed={seed}"]
+            groups.setdefault(v, []).append(name)
+    return runs, recipe_of, overrides, groups
+
+
+def seed_table(report: dict, groups: dict[str, list[str]]) -> str:
+    """Mean ± sample std over seeds of each variant's averages (paper Table 5 gives the variance
+    over its seeds the same way), with the LSL-off rows when the report has them."""
+    def cell(values: list[float], unit: str) -> str:
+        if len(values) < 2:
+            return f"{values[0]:.2f}{unit}"
+        return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}{unit}"
+
+    columns = [("zero-shot", "off_target", "%"), ("zero-shot", "off_target_restricted", "%"),
+               ("zero-shot", "bleu", ""), ("supervised", "bleu", "")]
+    lines = ["| model | seeds | zero-shot off-target (paper) | zero-shot off-target (restricted) "
+             "| zero-shot BLEU | supervised BLEU |", "|---|---:|---:|---:|---:|---:|"]
+    models = report["models"]
+    for variant, names in groups.items():
+        for suffix in ("", " (LSL off)"):
+            rows = [models[n + suffix]["averages"] for n in names if n + suffix in models]
+            if not rows:
+                continue
+            cells = [cell([r[group][key] for r in rows], unit) if all(group in r for r in rows) else "–"
+                     for group, key, unit in columns]
+            lines.append(f"| {variant}{suffix} | {len(rows)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def reproduce(args, argv) -> int:
     # The commands run from the project root: every path they get is absolute.
     for name in ("shards_root", "runs_root", "recipes", "out", "multi30k"):
@@ -191,14 +274,7 @@ def reproduce(args, argv) -> int:
     command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     budget = {"steps": args.steps_per_model,
               "minutes": args.minutes_per_model or (0.0 if args.steps_per_model else 90.0)}
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    recipes = {v: Path(args.recipes) / f"multi30k_{args.condition}_{v}.yaml" for v in variants}
-    missing = [str(r) for r in recipes.values() if not r.exists()]
-    if missing or not variants:            # before any shard is built
-        known = sorted(p.stem.rsplit("_", 1)[1] for p in Path(args.recipes).glob(f"multi30k_{args.condition}_*.yaml"))
-        raise ValueError(f"--variants {args.variants}: no recipe {', '.join(missing) or '(empty list)'}; "
-                         f"variants with a recipe: {', '.join(known)}")
-    runs = {v: Path(args.runs_root) / f"multi30k-{args.condition}-{v}" for v in variants}
+    runs, recipe_of, overrides, groups = plan_runs(args)
     if args.eval_only:
         absent = [str(chosen_export(d)) for d in runs.values() if not (chosen_export(d) / "export.json").exists()]
         if absent:
@@ -207,8 +283,8 @@ def reproduce(args, argv) -> int:
     shards = Path(args.shards_root) / f"multi30k-{args.condition}"
     build_shards(args.condition, args.multi30k, shards)
     if not args.eval_only:
-        for variant, run_dir in runs.items():
-            train(recipes[variant], run_dir, shards, budget, args.set)
+        for name, run_dir in runs.items():
+            train(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set)
     reports = {}
     device = pick_device(None)
     translators = {name: Translator(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
@@ -217,7 +293,8 @@ def reproduce(args, argv) -> int:
     # re-running after an interruption (or to add a stage) costs only what is left to do.
     settings = {"exports": export_ids(runs), "beam": args.beam, "max_sentences": args.max_sentences,
                 "ablate_lsl": args.ablate_lsl}
-    figs = Path(args.out) / args.condition
+    report_name = args.condition + ("-paper" if args.settings == "paper" else "")
+    figs = Path(args.out) / report_name
     for split in args.splits.split(","):
         cached = figs / f"{split}.json"
         previous = json.loads(cached.read_text()) if cached.exists() else {}
@@ -231,7 +308,8 @@ def reproduce(args, argv) -> int:
                                  log=lambda s: print(s, file=sys.stderr))
         reports[split]["settings"] = settings
         write_atomic(cached, json.dumps(reports[split], indent=1, ensure_ascii=False))
-    path = write_report(args.condition, runs, reports, budget, command, Path(args.out))
+    path = write_report(report_name, runs, reports, budget, command, Path(args.out),
+                        groups if args.seeds else None)
     print(path.read_text())
     return 0
 

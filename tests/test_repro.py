@@ -1,6 +1,6 @@
-"""cll-repro end to end at the `tiny` size: shards, training of two variants, evaluation, the
-report — and a second run that trains nothing and decodes nothing, while a changed decoding setting
-is evaluated afresh."""
+"""cll-repro end to end at the `tiny` size: shards, training of two variants over two seeds,
+evaluation, the report with mean ± std over seeds — and a second run that trains nothing and
+decodes nothing, while a changed decoding setting is evaluated afresh."""
 import json
 import subprocess
 import sys
@@ -14,6 +14,7 @@ from tests.test_train import ENV
 @pytest.mark.slow
 def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
+            "--seeds", "1,2",
             "--minutes-per-model", "0.05", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
             "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
             "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
@@ -22,13 +23,25 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     first = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     report = (tmp_path / "results" / "triangle.md").read_text()
-    assert "| baseline |" in report and "| fcll |" in report and "## test_2016_flickr" in report
+    assert "| baseline seed1 |" in report and "| fcll seed2 |" in report and "## test_2016_flickr" in report
+    # seed 1 of every variant trains first; a seed sets the data order and the initialisation
+    order = [line.split("--run-dir ")[1].split()[0].rsplit("/", 1)[1] for line in first.stderr.splitlines()
+             if line.startswith("[cll-repro]") and "--run-dir" in line]
+    assert order == [f"multi30k-triangle-{v}-seed{s}" for s in (1, 2) for v in ("baseline", "fcll")]
+    for seed in (1, 2):
+        recorded = json.loads((tmp_path / "runs" / f"multi30k-triangle-fcll-seed{seed}" / "config.json").read_text())
+        assert recorded["train"]["seed"] == recorded["data"]["seed"] == seed
+    # the mean ± std row of each variant is computed from its seeds' rows
+    evaluated = json.loads((tmp_path / "results" / "triangle" / "test_2016_flickr.json").read_text())["models"]
+    sup = [evaluated[f"fcll seed{s}"]["averages"]["supervised"]["bleu"] for s in (1, 2)]
+    mean, std = sum(sup) / 2, abs(sup[0] - sup[1]) / 2 ** 0.5
+    assert f"| fcll | 2 |" in report and f"{mean:.2f} ± {std:.2f} |" in report
     assert "fr-de" in report and "zero-shot" in report and "Hardware:" in report
     assert (tmp_path / "results" / "triangle" / "test_2016_flickr_bleu_offtarget.png").is_file()
     assert (tmp_path / "results" / "triangle" / "validation_over_training.png").is_file()
     second = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert second.stderr.count("finished") == 2 and "cll_scale.train" not in second.stderr
+    assert second.stderr.count("finished") == 4 and "cll_scale.train" not in second.stderr
     assert "reusing" in second.stderr and "evaluating on" not in second.stderr
     assert (tmp_path / "results" / "triangle.md").read_text() == report
     third = subprocess.run(args + ["--eval-only", "--beam", "2"], cwd=ROOT, env=ENV, capture_output=True, text=True,
