@@ -8,7 +8,8 @@ the same model, at the same batches, measured side by side in one process.
 Parts:
 * ``trainer``  tokens/s of ``Trainer.run_step`` (train step, agreement between ranks, metrics
                window, log lines) ÷ tokens/s of a plain step (model, loss, backward, fused AdamW),
-               blocks of steps alternating on the same batches (target on a GPU: ≥ 0.85).
+               blocks of steps alternating on the same batches (target on a GPU: ≥ 0.85);
+               ``--compile inductor`` adds a compiled trainer beside the same eager plain step.
 * ``configs``  the same ratio for engine settings side by side: ZeRO stage 0/1/2, bucket sizes,
                overlap_comm, contiguous_gradients, DeepSpeed's own overflow check and gradient
                norm (what our client optimizer replaces), gradient clipping off, and (CPU) fp32
@@ -113,14 +114,15 @@ def measure(trainer: Trainer, blocks: int, block_steps: int, warmup: int) -> dic
             "tokens_per_step": tokens / block_steps}
 
 
-def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | None = None) -> Trainer:
+def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | None = None,
+                 compile_backend: str = "") -> Trainer:
     if isinstance(ds_config, dict):
         path = run_dir.parent / f"{run_dir.name}-ds.json"
         path.write_text(json.dumps(ds_config))
         ds_config = str(path)
     train = {"data": args.data, "run_dir": str(run_dir), "ds_config": ds_config, "max_steps": 10 ** 9,
              "log_every": args.block_steps, "valid_every": 10 ** 9, "ckpt_every": 10 ** 9, "export": False,
-             "warmup_steps": 100}
+             "warmup_steps": 100, "compile": compile_backend}
     if clip_norm is not None:
         train["clip_norm"] = clip_norm
     recipe = {"preset": args.preset, "model": {"variant": args.variant},
@@ -240,6 +242,8 @@ def main(argv=None) -> int:
     p.add_argument("--block-steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--compile", action="append", default=[], metavar="BACKEND",
+                   help="trainer part: also a trainer with train.compile=BACKEND (its plain step stays eager)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
     device = torch.device(args.device)
@@ -254,13 +258,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         todo = []
         if not args.only or "trainer" in args.only:
-            todo.append(("trainer", [("shipped", "auto", None)]))
+            todo.append(("trainer", [("shipped", "auto", None)] +
+                         [(f"shipped, train.compile={b}", "auto", None, b) for b in args.compile]))
         if not args.only or "configs" in args.only:
             todo.append(("configs", variants(args, device)))
         for part, rows in todo:
             results[part] = []
-            for i, (name, cfg, clip) in enumerate(rows):
-                trainer = make_trainer(args, Path(tmp) / f"{part}{i}", cfg, clip)
+            for i, (name, cfg, clip, *backend) in enumerate(rows):
+                trainer = make_trainer(args, Path(tmp) / f"{part}{i}", cfg, clip, *backend)
                 row = {"setting": name, "preset": args.preset, "variant": args.variant, "device": device.type,
                        **measure(trainer, args.blocks, args.block_steps, args.warmup)}
                 results[part].append(row)

@@ -42,8 +42,8 @@ BASE=(--device cuda --preset base)
 step mfu_256x64 60 $PY bench/bench_model.py "${BASE[@]}" --only mfu --json "$OUT_DIR/mfu_256x64.json"
 step mfu_512x128 60 $PY bench/bench_model.py "${BASE[@]}" --only mfu --shape 512 128 128 --json "$OUT_DIR/mfu_512x128.json"
 step fcll16 60 $PY bench/bench_model.py "${BASE[@]}" --only fcll --json "$OUT_DIR/fcll16.json"
-step trainer 90 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only trainer \
-  --blocks 4 --block-steps 10 --json "$OUT_DIR/trainer.json"
+step trainer 240 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only trainer \
+  --compile inductor --blocks 4 --block-steps 10 --json "$OUT_DIR/trainer.json"
 step configs 150 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only configs \
   --blocks 2 --block-steps 10 --json "$OUT_DIR/configs.json"
 step langs 90 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --only langs --blocks 3 --block-steps 10 \

@@ -215,8 +215,7 @@ def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
         device = ds.device()
         for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
             current = cfg.model if epoch == 1 else out / "run" / "export"
-            translator = Translator(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam), max_sentences=128,
-                                                                     max_tokens=12000))
+            translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))
             chunks = generate(cfg, translator, epoch, rank, world)
             ds.barrier()
             if rank == 0:

@@ -150,6 +150,9 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float = 1.0
     grad_accum: int = 1                  # microbatches (token-budget batches) per step and rank
+    compile: str = ""                    # "": eager; else a torch.compile backend ("inductor"),
+                                         # applied per block (CLLTransformer.compile_blocks) and to
+                                         # the loss, with dynamic shapes (no compile per batch shape)
     # starting point (fine-tuning: back-translation, new-language extension)
     init_from: str = ""                  # an export/: architecture and weights; fresh optimizer
     freeze: list[str] = field(default_factory=list)   # parameter-name globs kept fixed

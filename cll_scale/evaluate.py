@@ -306,7 +306,7 @@ def evaluate_cli(args) -> int:
     models = parse_models(args.model)
     device = pick_device(args.device)
     cfg = TranslateConfig(DecodeConfig(beam=args.beam))
-    translators = {name: Translator(path, device, cfg) for name, path in models.items()}
+    translators = {name: Translator.load(path, device, cfg) for name, path in models.items()}
     languages = sorted({x for t in translators.values() for x in t.languages})
     pairs = pairs_from_shards(args.data, args.split) if args.data else pairs_from_corpus(args.corpus, args.split, languages)
     directions = [d.strip() for d in args.directions.split(",")] if args.directions is not None else None

@@ -75,7 +75,7 @@ def before_after(models: dict[str, str | Path], data: str | Path, splits: list[s
     if unknown:
         raise ValueError(f"--eval-splits {', '.join(unknown)}: {data} has {', '.join(manifest.splits)}")
     tc = TranslateConfig(DecodeConfig(beam=beam))
-    translators = {name: Translator(path, device, tc) for name, path in models.items()}
+    translators = {name: Translator.load(path, device, tc) for name, path in models.items()}
     tables = {}
     for split in splits:
         report = compare(translators, pairs_from_shards(data, split), f"{test_name}:{split}", beam,

@@ -289,6 +289,23 @@ class CLLTransformer(nn.Module):
                     nn.init.xavier_uniform_(linear.weight)
                     nn.init.zeros_(linear.bias)
 
+    def compile_blocks(self, backend: str = "inductor") -> None:
+        """``torch.compile`` per block, as torchtitan does: each encoder layer, and in each decoder
+        layer the attentions, the FFN and the LSL arithmetic, which see only tensors. The language
+        routing (:class:`LangGroups`, host ints) stays eager, so a new target language never
+        recompiles. ``dynamic=True`` traces batch and length symbolically: token-budget batches
+        of every shape share one graph instead of one compile per shape. Parameter names and the
+        state dict are unchanged."""
+        for layer in self.encoder:
+            layer.compile(backend=backend, dynamic=True)
+        for layer in self.decoder:
+            layer.self_attn.compile(backend=backend, dynamic=True)
+            layer.cross_attn.compile(backend=backend, dynamic=True)
+            inner = layer.ffn.ffn if layer.cll else layer.ffn
+            inner.compile(backend=backend, dynamic=True)
+            if layer.cll:
+                layer.ffn.lsl = torch.compile(layer.ffn.lsl, backend=backend, dynamic=True)
+
     # -- pieces (also used by incremental decoding) ------------------------------------------
     def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         n = tokens.shape[1]

@@ -287,7 +287,8 @@ def reproduce(args, argv) -> int:
             train(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set)
     reports = {}
     device = pick_device(None)
-    translators = {name: Translator(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
+    translators = {name: Translator.load(chosen_export(run_dir), device,
+                                         TranslateConfig(DecodeConfig(beam=args.beam)))
                    for name, run_dir in runs.items()}
     # A test set already evaluated with these exports and settings is read back, not decoded again:
     # re-running after an interruption (or to add a stage) costs only what is left to do.

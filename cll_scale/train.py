@@ -155,6 +155,16 @@ class Trainer:
         torch.manual_seed(self.cfg.seed)        # identical initial weights on every rank
         self.model = CLLTransformer(self.model_cfg)
         self.frozen = self._init_and_freeze(tag)
+        self.loss_fn = label_smoothed_loss
+        if self.cfg.compile:
+            backends = torch._dynamo.list_backends(exclude_tags=())
+            if self.cfg.compile not in backends:
+                raise ValueError(f"train.compile={self.cfg.compile!r} is not a torch.compile backend "
+                                 f"({', '.join(backends)}; \"\" for none)")
+            # Compiled in place (parameter names unchanged); the loss fuses log-softmax, gather and
+            # sums, so the fp32 (tokens x vocabulary) log-probabilities are never written out.
+            self.model.compile_blocks(self.cfg.compile)
+            self.loss_fn = torch.compile(label_smoothed_loss, backend=self.cfg.compile, dynamic=True)
         self.data_fingerprint = self.manifest.fingerprint("train")
         ds_cfg = ds.make_ds_config(self.cfg.ds_config, self.cfg, self.world, self.run_dir, universal)
         self.optimizer = None             # set by _optimizer unless the DeepSpeed config brings its own
@@ -368,7 +378,7 @@ class Trainer:
             if self._fault("oom", self.step + 1):
                 raise torch.OutOfMemoryError("injected by CLL_FAULT")
             logits = eng(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, batch_lang=lang)
-            loss, nll = label_smoothed_loss(logits, dev.tgt_tokens, self.model_cfg.pad_id, self.cfg.label_smoothing)
+            loss, nll = self.loss_fn(logits, dev.tgt_tokens, self.model_cfg.pad_id, self.cfg.label_smoothing)
             oom = False
         except torch.OutOfMemoryError:
             oom = True       # handled below, outside the except block, whose traceback holds the memory

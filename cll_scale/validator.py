@@ -81,8 +81,8 @@ class Validator:
             from cll_scale.decoding import DecodeConfig
             from cll_scale.evaluate import evaluate_model, pairs_from_shards
             from cll_scale.translate import TranslateConfig, Translator
-            tr = Translator.from_model(model, self.manifest, Path(self.cfg.data) / self.manifest.tokenizer.file,
-                                       TranslateConfig(DecodeConfig(beam=1)))
+            tr = Translator(model, self.manifest, Path(self.cfg.data) / self.manifest.tokenizer.file,
+                            TranslateConfig(DecodeConfig(beam=1)))
             report = evaluate_model(tr, pairs_from_shards(self.cfg.data, self.split),
                                     max_sentences=self.cfg.valid_decode_sentences, log=lambda s: None)
             for kind, key in (("supervised", "valid_bleu"), ("zero-shot", "valid_zero_shot_bleu")):

@@ -7,6 +7,7 @@
     cll-shards inspect data/m30k-centered
     cll-shards verify data/m30k-centered
     cll-shards download multi30k --out data/raw/multi30k
+    cll-shards synth --scale 0.01 --out data/raw/opus100-synth    # OPUS-100's shape, synthetic text
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cll_scale.cli import add_debug_argument, run
 from cll_scale.manifest import Manifest
 from data_tools.build import BuildConfig, build_shards
 from data_tools.sources import CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
+from data_tools.synth import synthesize
 
 FORMATS = ("auto", "multiway", "opus100", "parquet", "hf")
 
@@ -98,6 +100,17 @@ def cmd_download(args) -> int:
     return 0
 
 
+def cmd_synth(args) -> int:
+    report = synthesize(args.out, args.scale, seed=args.seed, langs=_csv(args.langs),
+                        scale_eval=args.scale_eval, overwrite=args.overwrite)
+    t = report["totals"]
+    print(f"wrote {args.out}: {len(report['languages'])} languages, {t['train']:,} training pairs, "
+          f"{t['dev']:,} dev, {t['test']:,} test, {t['zero_shot_test']:,} zero-shot test pairs")
+    print(f"{t['pairs']:,} pairs ({t['bytes'] / 1e6:,.1f} MB) in {report['seconds']:.1f} s: "
+          f"{report['pairs_per_s']:,.0f} pairs/s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cll-shards", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -139,6 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--base-url", help="mirror to fetch {split}.{lang}.gz from (http(s):// or file://)")
     dl.add_argument("--overwrite", action="store_true")
     dl.set_defaults(func=cmd_download)
+    sy = sub.add_parser("synth", help="write a synthetic corpus in the OPUS-100 layout, at OPUS-100's shape")
+    sy.add_argument("--out", required=True, help="output directory (must not exist or be empty, unless --overwrite)")
+    sy.add_argument("--scale", type=float, required=True,
+                    help="training pairs as a fraction of OPUS-100's (1.0 = 55M pairs; every language keeps >= 1)")
+    sy.add_argument("--scale-eval", action="store_true",
+                    help="scale dev, test and zero-shot test sets too (default: their real sizes, 2,000 pairs)")
+    sy.add_argument("--langs", help="comma-separated OPUS-100 languages to pair with en (default: all 99)")
+    sy.add_argument("--seed", type=int, default=1, help="same arguments and seed: byte-identical files")
+    sy.add_argument("--overwrite", action="store_true", help="replace a corpus that synth wrote (and nothing else)")
+    sy.set_defaults(func=cmd_synth)
     return parser
 
 

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | direction | " + " | ".join(KINDS) + " | BLEU of target → target |")
     print("|---|---|" + "---:|" * (len(KINDS) + 1))
     for name, export in parse_models(args.model).items():
-        tr = Translator(export, device, TranslateConfig(DecodeConfig(beam=args.beam)))
+        tr = Translator.load(export, device, TranslateConfig(DecodeConfig(beam=args.beam)))
         for direction in sorted(d for d in tr.manifest.zero_shot if d in pairs):
             srcs, refs = (x[:args.max_sentences] for x in pairs[direction])
             tgt = direction.split("-")[1]

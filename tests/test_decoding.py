@@ -127,3 +127,49 @@ def test_stepper_follows_any_row_order():
         ref.step(first[:5], 0)
         want = ref.step(second, 1)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_beam_search_reads_the_device_only_every_sync_every_steps(monkeypatch):
+    """On a GPU each host read of a tensor waits for the queue to drain. Between two looks
+    (every ``sync_every`` steps) beam search and the model's stepper read nothing: counted by
+    wrapping every reading call, as tests/sync_probe.py does for training. Hypotheses equal the
+    look-every-step search's."""
+    model = tiny_model()
+    src = torch.randint(4, 40, (6, 8), generator=torch.Generator().manual_seed(5))
+    langs = torch.tensor([3, 1, 0, 2, 1, 3])
+    lens = torch.tensor([30, 9, 25, 14, 30, 20])
+    reads = []
+
+    def counting(owner, name):
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            reads.append(name)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(owner, name, wrapper)
+
+    class Recording(ModelStepper):
+        def step(self, prev_tokens, t):
+            at_step.append(len(reads))
+            return super().step(prev_tokens, t)
+
+    cfg = DecodeConfig(beam=3, min_len=2)
+    with torch.no_grad():
+        reference = beam_search(ModelStepper(model, src, langs), 6, lens, 2, 3, cfg, sync_every=1)
+        for method in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "nonzero", "cpu", "numpy"):
+            counting(torch.Tensor, method)
+        for fn in ("equal", "nonzero", "unique", "unique_consecutive", "masked_select"):
+            counting(torch, fn)
+        at_step = []
+        got = beam_search(Recording(model, src, langs), 6, lens, 2, 3, cfg, sync_every=4)
+    monkeypatch.undo()
+    steps = len(at_step)
+    assert steps > 8
+    between = [at_step[t + 1] - at_step[t] for t in range(steps - 1)]
+    # After step t the host looks only when t + 1 is a multiple of 4 (dropping done sentences then
+    # costs the stepper a few reads as well).
+    assert all(n == 0 for t, n in enumerate(between) if (t + 1) % 4), between
+    assert any(between), between
+    same = lambda a, b: [[(h.tokens, round(h.score, 3)) for h in x] for x in a] == \
+        [[(h.tokens, round(h.score, 3)) for h in x] for x in b]   # noqa: E731
+    assert same(got, reference)

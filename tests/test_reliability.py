@@ -122,7 +122,7 @@ HOSTILE = ["", "   \t ", "x" * 10_000, "Ein Hund 🐕🎉 läuft 👍🏽", "con
 
 def test_hostile_text_into_translator_and_cli(tiny_export):
     from cll_scale.translate import Translator
-    tr = Translator(tiny_export)
+    tr = Translator.load(tiny_export)
     out = tr.translate(HOSTILE, "de")
     assert len(out) == len(HOSTILE) and out[0] == "" and out[1] == ""
     assert all(isinstance(x, str) and "\n" not in x for x in out)

@@ -7,7 +7,7 @@ import sys
 import torch
 
 from tests.conftest import ROOT
-from tests.test_train import DEEPSPEED, ENV, common, finish, free_port, probe
+from tests.test_train import DEEPSPEED, ENV, cll_train, common, finish, free_port, losses, probe
 
 HOST_SIDE = "tolist @ cll_scale/engine.py:host_all_reduce"   # CPU tensors over gloo, by design
 
@@ -75,3 +75,22 @@ def test_out_of_memory_in_a_row_ends_the_run_with_one_line(m30k_centered, tmp_pa
     assert res.returncode == 5, res.stderr[-3000:]          # training diverged (cll_scale.cli)
     assert "cll-train: error: 3 steps in a row skipped" in res.stderr and "up to step 5" in res.stderr
     assert "Traceback" not in res.stderr and res.stderr.count("out of memory on a") == 3
+
+
+def test_compiled_training_matches_eager_and_exports_the_same_names(m30k_centered, tmp_path):
+    """train.compile traces each block once, with dynamic shapes: token-budget batches of every
+    shape train through the same graphs. `aot_eager` runs the traced forward and backward graphs
+    without code generation, so the losses must equal eager ones (same dropout draws); the export
+    keeps the eager parameter names."""
+    runs = {}
+    for name, extra in (("eager", []), ("compiled", ["--set", "train.compile=aot_eager"])):
+        runs[name] = tmp_path / name
+        cll_train(*common(m30k_centered, runs[name], 6, *extra))
+    eager, compiled = losses(runs["eager"]), losses(runs["compiled"])
+    assert sorted(eager) == sorted(compiled) == list(range(1, 7))
+    assert all(abs(eager[s] - compiled[s]) <= 1e-4 * abs(eager[s]) for s in eager), (eager, compiled)
+    from safetensors.torch import load_file
+    names = [sorted(load_file(str(runs[n] / "export" / "model.safetensors"))) for n in runs]
+    assert names[0] == names[1] and not any("_orig_mod" in k for k in names[1])
+    bad = cll_train(*common(m30k_centered, tmp_path / "bad", 2, "--set", "train.compile=inductr"), check=False)
+    assert bad.returncode == 2 and "not a torch.compile backend" in bad.stderr and "inductor" in bad.stderr

@@ -5,11 +5,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from cll_scale.evaluate import main as eval_main
 from cll_scale.evaluate import score_direction
 from cll_scale.langid import detect
-from cll_scale.translate import Translator
+from cll_scale.decoding import DecodeConfig
+from cll_scale.translate import TranslateConfig, Translator
 from tests.conftest import ROOT, run_cli
 
 
@@ -44,12 +46,21 @@ def test_off_target_counter_labels_known_languages(multi30k):
 
 
 def test_translator_contract(tiny_export):
-    tr = Translator(tiny_export)
+    tr = Translator.load(tiny_export)
     out = tr.translate(["Ein Hund läuft.", "", "   ", "Zwei Männer."], ["en", "fr", "cs", "cs"])
     assert len(out) == 4 and out[1] == "" and out[2] == "" and all(isinstance(x, str) for x in out)
     assert tr.translate(["Ein Hund läuft."], "en", use_cache=False) == [out[0]]
     with pytest.raises(ValueError, match="unknown language 'xx'.*en, cs, de, fr"):
         tr.translate(["a"], "xx")
+    # The device picks batch sizes and precision unless told: bf16 and big batches on a GPU.
+    auto = TranslateConfig(DecodeConfig())
+    assert (tr.cfg.max_tokens, tr.cfg.max_sentences, tr.cfg.dtype) == (6000, 64, "fp32")
+    assert auto.resolved(torch.device("cuda")).dtype == "bf16" and auto.resolved(torch.device("cuda")).max_sentences > 64
+    half = Translator.load(tiny_export, cfg=TranslateConfig(DecodeConfig(), dtype="bf16"))
+    assert next(half.model.parameters()).dtype == torch.bfloat16
+    assert len(half.translate(["Ein Hund läuft."], "en")) == 1
+    trainee = half.model.train()
+    assert Translator(trainee, half.manifest, tiny_export / "spm.model").model is trainee   # used as it is
 
 
 def test_cll_translate_cli(tiny_export, tmp_path):
