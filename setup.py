@@ -22,6 +22,7 @@ setup(
         "numpy>=1.24",
         "sacrebleu>=2.4",
         "langdetect>=1.0.9",
+        "lingua-language-detector>=2.0",   # cll-eval --lid lingua: models inside the wheel, no download
         "safetensors>=0.4",
         "tqdm>=4.60",
         "pyyaml>=6.0",

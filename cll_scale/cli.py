@@ -25,6 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from cll_scale.scoring import LIDS
+
 EXIT_INPUT, EXIT_FILES, EXIT_DEVICE, EXIT_DIVERGED = 2, 3, 4, 5
 
 
@@ -158,3 +160,21 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text}: expected 1 or more")
     return value
+
+
+def add_lid_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lid", type=lid_list, default=("langdetect",),
+                   help="language identifiers: langdetect (always: the paper's measure), lingua (also "
+                        "its off-target rate and code-switch share), e.g. --lid langdetect,lingua")
+    p.add_argument("--lid-workers", type=non_negative_int, default=None,
+                   help="processes that score and identify languages while decoding goes on "
+                        "(default: the cores but one; 0: in this process)")
+
+
+def lid_list(text: str) -> tuple[str, ...]:
+    """``--lid``: langdetect always comes first (the paper's measure), lingua optionally."""
+    names = tuple(dict.fromkeys(csv_list(text)))
+    unknown = [x for x in names if x not in LIDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LIDS)}")
+    return names if "langdetect" in names else ("langdetect", *names)

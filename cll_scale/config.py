@@ -164,6 +164,9 @@ class TrainConfig:
     # validation, checkpoints, logging
     valid_every: int = 500
     valid_max_batches: int = 0           # 0: whole validation split
+    valid_max_sentences: int = 0         # 0: every sentence; N: the first N sentences (dev-set lines)
+                                         # of each validation direction, split over the ranks
+                                         # (OPUS-100: 200 of the 2,000 in each of 188 directions)
     valid_decode_sentences: int = 0      # >0: also greedy-translate this many validation sentences
                                          # per direction and log BLEU and the off-target rate
     best_metric: str = "valid_nll"       # export-best/ follows this supervised validation metric:
@@ -186,6 +189,8 @@ class TrainConfig:
             raise ValueError("train.eps must be > 0, and weight_decay, clip_norm, warmup_steps >= 0")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"train.label_smoothing must be in [0, 1), not {self.label_smoothing}")
+        if self.valid_max_batches < 0 or self.valid_max_sentences < 0:
+            raise ValueError("train.valid_max_batches and train.valid_max_sentences must be >= 0 (0: all)")
         if self.grad_accum < 1:
             raise ValueError("grad_accum must be >= 1")
         if min(self.max_steps, self.max_minutes, self.max_epochs) < 0:

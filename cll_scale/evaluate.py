@@ -7,75 +7,41 @@
 
 Per direction: sacreBLEU on detokenised text (signature printed), chrF, the off-target rate with
 langdetect as in the paper (``plain``) and restricted to the model's languages (``restricted``),
-the share of outputs whose first half is in another language (code-switching), which languages
-off-target outputs are in, and the share in the language the source was *supervised* to translate
-into (the "rollback" of paper Table 10). Averages for en→xx, xx→en, supervised and zero-shot.
-Writes ``results.json``, ``results.md`` (paper Tables 2-3 layout), ``bleu_offtarget.png`` and
-``t_weights.png`` (paper Fig. 6).
+code-switching, the off-target languages and the "rollback" of paper Table 10
+(:mod:`cll_scale.scoring`); with ``--lid langdetect,lingua`` also lingua's off-target rate and
+code-switch share. Averages for en→xx, xx→en, supervised and zero-shot. Writes ``results.json``
+(with sentences/s and where the time went: decoding, language ID, scoring), ``results.md`` (paper
+Tables 2-3 layout), ``bleu_offtarget.png``, ``t_weights.png`` (paper Fig. 6) and every hypothesis,
+``hyps/<model>/<setting>/<direction>.txt`` (setting ``default`` or ``lsl-off``), so that outputs
+can be rescored or compared without decoding again.
+
+Each test set is decoded once per model and setting. Scoring and language identification run in
+a small process pool (``--lid-workers``) while the next direction decodes.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
+import re
 import sys
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 
 import pyarrow as pa
-import sacrebleu
+from tqdm.auto import tqdm
 
-from cll_scale.cli import add_debug_argument, non_negative_int, parse_models, pick_device, positive_int, run
+from cll_scale.cli import (add_debug_argument, add_lid_arguments, non_negative_int, parse_models, pick_device,
+                           positive_int, run)
 from cll_scale.decoding import DecodeConfig
-from cll_scale.langid import detect
+from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import OutputError, write_atomic
+from cll_scale.scoring import DirectionResult, averages, score_job
 from cll_scale.translate import TranslateConfig, Translator
-
-
-@dataclass
-class DirectionResult:
-    direction: str
-    kind: str                     # supervised / zero-shot / unseen (by the model's training data)
-    n: int
-    bleu: float
-    chrf: float
-    off_target: float             # % not in the target language, plain langdetect (the paper's)
-    off_target_restricted: float  # % with the decision restricted to the model's languages
-    code_switch: float            # % on-target as a whole whose first half is in another language
-    rollback: float               # % in a language this source is supervised to translate into
-    off_languages: dict[str, int] = field(default_factory=dict)
-    samples: list[dict] = field(default_factory=list)
-
-
-def _pct(k: int, n: int) -> float:
-    return 100.0 * k / n if n else 0.0
-
-
-def score_direction(direction: str, kind: str, hyps: list[str], refs: list[str], srcs: list[str],
-                    languages: list[str], supervised: list[str], tokenize: str = "13a"
-                    ) -> tuple[DirectionResult, str]:
-    src, tgt = direction.split("-")
-    bleu_metric = sacrebleu.BLEU(tokenize="zh" if tgt == "zh" else tokenize)
-    bleu = bleu_metric.corpus_score(hyps, [refs])
-    chrf = sacrebleu.CHRF().corpus_score(hyps, [refs])
-    plain = [detect(h) for h in hyps]
-    restricted = [detect(h, languages) for h in hyps]
-    first_half = [detect(" ".join(h.split()[: max(1, len(h.split()) // 2)]), languages) for h in hyps]
-    # Table 10's rollback: the output is in a language this source was trained to translate into.
-    rollback_targets = {d.split("-")[1] for d in supervised if d.split("-")[0] == src} - {tgt}
-    n = len(hyps)
-    off = Counter(x or "none" for x in restricted if x != tgt)
-    res = DirectionResult(
-        direction, kind, n, bleu.score, chrf.score,
-        off_target=_pct(sum(x != tgt for x in plain), n),
-        off_target_restricted=_pct(sum(x != tgt for x in restricted), n),
-        # Judged on-target as a whole, but the first half is in another language.
-        code_switch=_pct(sum(w == tgt and f is not None and f != tgt for w, f in zip(restricted, first_half)), n),
-        rollback=_pct(sum(x in rollback_targets for x in restricted), n),
-        off_languages=dict(off.most_common()),
-        samples=[{"src": s, "hyp": h, "ref": r, "lang": d} for s, h, r, d in list(zip(srcs, hyps, refs, restricted))[:3]])
-    return res, str(bleu_metric.get_signature())   # the signature exists only after scoring
 
 
 # -- test data ---------------------------------------------------------------------------------
@@ -132,19 +98,38 @@ def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, 
 
 # -- evaluation ----------------------------------------------------------------------------------
 
+def lid_pool(workers: int | None = None) -> Executor | None:
+    """The process pool that scores while the next direction decodes (None: score inline).
+    Workers are started fresh ("spawn"), not forked: a fork copies the parent's thread pools
+    (torch's, lingua's) without their threads, and a child that touches one hangs."""
+    workers = max(1, min(16, (os.cpu_count() or 2) - 1)) if workers is None else workers
+    if workers <= 0:
+        return None
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w.+-]+", "_", name).strip("_") or "model"
+
+
 def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
                    directions: list[str] | None = None, use_lsl: bool = True, max_sentences: int = 0,
-                   log=print) -> dict:
+                   log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
+                   hyps_dir: Path | None = None, name: str = "") -> dict:
     """Score every direction of ``pairs`` (or of ``directions``) that the model can translate; the
-    others are listed under ``skipped`` with the reason, and logged, never dropped in silence."""
+    others are listed under ``skipped`` with the reason, and logged, never dropped in silence.
+    Each direction's scoring goes to ``pool`` (inline without one) while the next one decodes;
+    ``hyps_dir`` gets one file of hypotheses per direction."""
     if max_sentences < 0:
         raise ValueError(f"max_sentences must be >= 0 (0: all), not {max_sentences}")
     m = translator.manifest
-    results, signature, skipped = [], None, {}
+    start = time.perf_counter()
+    jobs, skipped, decode_s, sentences = [], {}, 0.0, 0
     for direction in sorted(pairs):
         if directions and direction not in directions:
             continue
-        src_lang, tgt_lang = direction.split("-")
+        d = Direction.parse(direction)
+        src_lang, tgt_lang = d.src, d.tgt
         missing = [x for x in (src_lang, tgt_lang) if x not in m.languages]
         if missing:
             skipped[direction] = f"the model has no {' and no '.join(missing)}"
@@ -153,38 +138,44 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
         srcs, refs = pairs[direction]
         if max_sentences:
             srcs, refs = srcs[:max_sentences], refs[:max_sentences]
-        hyps = translator.translate(srcs, tgt_lang, use_lsl=use_lsl)
+        t0 = time.perf_counter()
+        with tqdm(total=len(srcs), desc=f"{name} {direction}".strip(), unit="sent", leave=False,
+                  disable=None, file=sys.stderr) as bar:
+            hyps = translator.translate(srcs, tgt_lang, use_lsl=use_lsl, progress=bar.update)
+        decode_s += time.perf_counter() - t0
+        sentences += len(srcs)
+        if hyps_dir is not None:
+            write_atomic(hyps_dir / f"{direction}.txt", "".join(h.replace("\n", " ") + "\n" for h in hyps))
         kind = "supervised" if direction in m.supervised else "zero-shot" if direction in m.zero_shot else "unseen"
-        res, signature = score_direction(direction, kind, hyps, refs, srcs, m.languages, m.supervised)
+        job = (direction, kind, hyps, refs, srcs, m.languages, m.supervised, "13a", tuple(lid))
+        jobs.append(pool.submit(score_job, job) if pool else score_job(job))
+    results, signature, lid_s, scoring_s = [], None, 0.0, 0.0
+    for job in jobs:
+        row, signature, seconds = job.result() if pool else job
+        res = DirectionResult(**row)
         results.append(res)
-        log(f"  {direction:<6} {kind:<10} BLEU {res.bleu:5.2f}  chrF {res.chrf:5.2f}  off-target "
-            f"{res.off_target:5.1f}% (restricted {res.off_target_restricted:5.1f}%)")
+        lid_s, scoring_s = lid_s + seconds["lid_s"], scoring_s + seconds["scoring_s"]
+        extra = f", lingua {res.lingua_off_target:5.1f}%" if res.lingua_off_target is not None else ""
+        log(f"  {res.direction:<6} {res.kind:<10} BLEU {res.bleu:5.2f}  chrF {res.chrf:5.2f}  off-target "
+            f"{res.off_target:5.1f}% (restricted {res.off_target_restricted:5.1f}%{extra})")
+    wall = time.perf_counter() - start
+    # lid_s and scoring_s are worker time: with a pool they overlap decoding, so the wall time is
+    # less than the sum.
+    timing = {"sentences": sentences, "wall_s": wall, "decode_s": decode_s, "lid_s": lid_s, "scoring_s": scoring_s,
+              "sentences_per_s": sentences / wall if wall else 0.0,
+              "decode_sentences_per_s": sentences / decode_s if decode_s else 0.0}
     return {"directions": [asdict(r) for r in results], "averages": averages(results, m.central_language),
-            "skipped": skipped, "bleu_signature": signature, "use_lsl": use_lsl,
-            "t_weights": translator.model.t_weights(),
+            "skipped": skipped, "bleu_signature": signature, "use_lsl": use_lsl, "lid": list(lid),
+            "timing": timing, "t_weights": translator.model.t_weights(),
             "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
 
 
-def averages(results: list[DirectionResult], central: str | None) -> dict[str, dict[str, float]]:
-    groups: dict[str, list[DirectionResult]] = {"supervised": [], "zero-shot": []}
-    for r in results:
-        if r.kind in groups:
-            groups[r.kind].append(r)
-        if central and r.kind == "supervised":
-            key = f"{central}→xx" if r.direction.startswith(central + "-") else f"xx→{central}"
-            groups.setdefault(key, []).append(r)
-    out = {}
-    for name, rows in groups.items():
-        if rows:
-            out[name] = {k: sum(getattr(r, k) for r in rows) / len(rows)
-                         for k in ("bleu", "chrf", "off_target", "off_target_restricted", "code_switch", "rollback")}
-    return out
-
-
 def markdown(report: dict) -> str:
-    """Summary in the layout of the paper's Tables 2-3, then every direction."""
+    """Summary in the layout of the paper's Tables 2-3, then every direction; lingua's columns
+    when it was asked for, and each model's decoding speed."""
     models = report["models"]
     key = "common_averages" if "common_directions" in report else "averages"
+    lingua = "lingua" in report.get("lid", [])
     cols = []
     for r in models.values():
         cols += [c for c in ("en→xx", "xx→en", "supervised", "zero-shot") if c in r[key] and c not in cols]
@@ -195,26 +186,39 @@ def markdown(report: dict) -> str:
         lines += [f"The models were scored on different directions; the averages below cover only the "
                   f"{len(report['common_directions'])} every model was scored on: "
                   f"{', '.join(report['common_directions'])}.", ""]
-    lines += ["| model | " + " | ".join(f"{c} BLEU" for c in cols) + " | zero-shot off-target (paper / restricted) | zero-shot code-switch |",
-              "|---|" + "---:|" * (len(cols) + 2)]
+    extra = " zero-shot off-target (lingua) | zero-shot code-switch (lingua) |" if lingua else ""
+    lines += ["| model | " + " | ".join(f"{c} BLEU" for c in cols)
+              + " | zero-shot off-target (paper / restricted) | zero-shot code-switch |" + extra,
+              "|---|" + "---:|" * (len(cols) + 2 + 2 * lingua)]
+
+    def pct(d: dict, k: str) -> str:
+        return f"{d[k]:.2f}%" if d.get(k) is not None else "–"
     for name, r in models.items():
         a = r[key]
         z = a.get("zero-shot", {})
         off = f"{z['off_target']:.2f}% / {z['off_target_restricted']:.2f}%" if z else "–"
-        cs = f"{z['code_switch']:.2f}%" if z else "–"
         lines.append(f"| {name} | " + " | ".join(f"{a[c]['bleu']:.2f}" if c in a else "–" for c in cols)
-                     + f" | {off} | {cs} |")
+                     + f" | {off} | {pct(z, 'code_switch')} |"
+                     + (f" {pct(z, 'lingua_off_target')} | {pct(z, 'lingua_code_switch')} |" if lingua else ""))
     lines += ["", "| model | direction | kind | BLEU | chrF | off-target (paper) | off-target (restricted) "
-              "| code-switch | in supervised target | off-target languages |", "|---|---|---|" + "---:|" * 6 + "---|"]
+              "| code-switch | in supervised target |" + (" off-target (lingua) |" if lingua else "")
+              + " off-target languages |", "|---|---|---|" + "---:|" * (6 + lingua) + "---|"]
     for name, r in models.items():
         for d in r["directions"]:
             langs = ", ".join(f"{k} {v}" for k, v in d["off_languages"].items()) or "–"
             lines.append(f"| {name} | {d['direction']} | {d['kind']} | {d['bleu']:.2f} | {d['chrf']:.2f} | "
                          f"{d['off_target']:.1f}% | {d['off_target_restricted']:.1f}% | {d['code_switch']:.1f}% | "
-                         f"{d['rollback']:.1f}% | {langs} |")
+                         f"{d['rollback']:.1f}% |" + (f" {pct(d, 'lingua_off_target')} |" if lingua else "")
+                         + f" {langs} |")
     skipped = [f"{name}: {d} ({why})" for name, r in models.items() for d, why in r.get("skipped", {}).items()]
     if skipped:
         lines += ["", "Not scored: " + "; ".join(skipped) + "."]
+    timed = [(name, r["timing"]) for name, r in models.items() if r.get("timing")]
+    if timed:
+        lines += ["", "Time per model: " + "; ".join(
+            f"{name} {t['sentences']:,} sentences in {t['wall_s']:.1f} s ({t['sentences_per_s']:.1f}/s; decoding "
+            f"{t['decode_s']:.1f} s, language ID {t['lid_s']:.1f} s and scoring {t['scoring_s']:.1f} s of worker time)"
+            for name, t in timed) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -235,23 +239,30 @@ def select_directions(pairs: dict, directions: list[str] | None, where: str) -> 
 
 def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str], list[str]]], test_set: str,
             beam: int, directions: list[str] | None = None, max_sentences: int = 0, ablate_lsl: bool = False,
-            log=print) -> dict:
+            log=print, lid: tuple[str, ...] = ("langdetect",), lid_workers: int | None = None,
+            hyps_out: str | Path | None = None) -> dict:
     """Evaluate several models on the same pairs: the report behind every table of the project.
     When the models were not all scored on the same directions, each model's ``common_averages``
     averages only the directions every model was scored on (``common_directions``), so that the
-    summary compares like with like."""
+    summary compares like with like. ``hyps_out`` gets ``<model>/<setting>/<direction>.txt``."""
     directions = select_directions(pairs, directions, test_set)
-    report = {"test_set": test_set, "beam": beam, "models": {}}
+    report = {"test_set": test_set, "beam": beam, "lid": list(lid), "models": {}}
     central = {}                     # report entry -> the central language of its model
-    for name, tr in translators.items():
-        log(f"{name}:")
-        report["models"][name] = evaluate_model(tr, pairs, directions, True, max_sentences, log=log)
-        central[name] = tr.manifest.central_language
-        if ablate_lsl and tr.model.cfg.cll_layers:
-            log(f"{name} without LSL:")
-            report["models"][f"{name} (LSL off)"] = evaluate_model(tr, pairs, directions, False, max_sentences,
-                                                                    log=log)
-            central[f"{name} (LSL off)"] = tr.manifest.central_language
+    pool = lid_pool(lid_workers)
+    try:
+        for name, tr in translators.items():
+            settings = [(name, True, "default")]
+            if ablate_lsl and tr.model.cfg.cll_layers:
+                settings.append((f"{name} (LSL off)", False, "lsl-off"))
+            for entry, use_lsl, setting in settings:
+                log(f"{entry}:")
+                hyps_dir = Path(hyps_out) / _safe(name) / setting if hyps_out else None
+                report["models"][entry] = evaluate_model(tr, pairs, directions, use_lsl, max_sentences, log=log,
+                                                         lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry)
+                central[entry] = tr.manifest.central_language
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
     scored = [{d["direction"] for d in r["directions"]} for r in report["models"].values()]
     if not any(scored):
         raise ValueError(f"{test_set}: no model could be scored on any direction "
@@ -296,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate only the first N of each direction (0: all)")
     p.add_argument("--ablate-lsl", action="store_true", help="also evaluate with the LSLs switched off (Tables 9-10)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
+    add_lid_arguments(p)
     add_debug_argument(p)
     return p
 
@@ -311,7 +323,8 @@ def evaluate_cli(args) -> int:
     pairs = pairs_from_shards(args.data, args.split) if args.data else pairs_from_corpus(args.corpus, args.split, languages)
     directions = [d.strip() for d in args.directions.split(",")] if args.directions is not None else None
     report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
-                     args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr))
+                     args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr), lid=args.lid,
+                     lid_workers=args.lid_workers, hyps_out=Path(args.out) / "hyps")
     print(write_report(report, args.out))
     print(f"BLEU signature: {report['bleu_signature']}")
     return 0

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from cll_scale.checkpointer import chosen_export
-from cll_scale.cli import (add_debug_argument, csv_list, non_negative_float, non_negative_int, pick_device,
-                           positive_int, run)
+from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
+                           pick_device, positive_int, run)
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, markdown, pairs_from_shards
 from cll_scale.outputs import write_atomic
@@ -208,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
     p.add_argument("--ablate-lsl", action="store_true",
                    help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
+    add_lid_arguments(p)
     add_debug_argument(p)
     return p
 
@@ -227,9 +228,10 @@ def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[st
     recipes = recipe_files(Path(args.recipes), args.condition, args.settings)
     missing = [v for v in variants if v not in recipes]
     if missing or not variants:            # before any shard is built
-        raise ValueError(f"--variants {args.variants}: no {args.settings} recipe for "
-                         f"{', '.join(missing) or '(empty list)'} in {args.recipes}; variants with one: "
-                         f"{', '.join(recipes) or 'none'}")
+        prefix = f"multi30k_{args.condition}_" + ("paper_" if args.settings == "paper" else "")
+        raise ValueError(f"--variants {args.variants}: no recipe "
+                         f"{', '.join(str(Path(args.recipes) / f'{prefix}{v}.yaml') for v in missing) or '(empty list)'}"
+                         f"; variants with a {args.settings} recipe: {', '.join(recipes) or 'none'}")
     stem = f"multi30k-{args.condition}" + ("-paper" if args.settings == "paper" else "")
     runs, recipe_of, overrides, groups = {}, {}, {}, {}
     for seed in args.seeds or [None]:
@@ -293,7 +295,7 @@ def reproduce(args, argv) -> int:
     # A test set already evaluated with these exports and settings is read back, not decoded again:
     # re-running after an interruption (or to add a stage) costs only what is left to do.
     settings = {"exports": export_ids(runs), "beam": args.beam, "max_sentences": args.max_sentences,
-                "ablate_lsl": args.ablate_lsl}
+                "ablate_lsl": args.ablate_lsl, "lid": list(args.lid)}
     report_name = args.condition + ("-paper" if args.settings == "paper" else "")
     figs = Path(args.out) / report_name
     for split in args.splits.split(","):
@@ -306,7 +308,8 @@ def reproduce(args, argv) -> int:
         print(f"[cll-repro] evaluating on {split}", file=sys.stderr)
         reports[split] = compare(translators, pairs_from_shards(shards, split), f"Multi30k {split}", args.beam,
                                  max_sentences=args.max_sentences, ablate_lsl=args.ablate_lsl,
-                                 log=lambda s: print(s, file=sys.stderr))
+                                 log=lambda s: print(s, file=sys.stderr), lid=args.lid,
+                                 lid_workers=args.lid_workers, hyps_out=figs / "hyps" / split)
         reports[split]["settings"] = settings
         write_atomic(cached, json.dumps(reports[split], indent=1, ensure_ascii=False))
     path = write_report(report_name, runs, reports, budget, command, Path(args.out),

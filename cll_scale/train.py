@@ -4,11 +4,14 @@
     deepspeed --num_gpus 2 -m cll_scale.train --recipe R                        # 2 ranks
     deepspeed --num_nodes N --num_gpus G --hostfile H -m cll_scale.train --recipe R
     cll-train --recipe R --resume                                               # continue
+    cll-train --recipe R --dry-run                                              # build, time, exit
 
 The recipe gives the preset, ``model``, ``data`` (stream) and ``train`` sections; ``--set
 section.key=value`` overrides any field. The run directory receives the resolved config, the
 DeepSpeed config, the git commit, metrics (JSON lines and DeepSpeed's monitor), checkpoints,
-the training-curve PNG and ``export/``.
+the training-curve PNG and ``export/``. ``--dry-run`` builds all of it (stream, model, engine) in a
+temporary run directory, times a few steps, prints what an epoch costs and leaves the run
+directory untouched.
 """
 from __future__ import annotations
 
@@ -18,9 +21,10 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -28,8 +32,8 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.checkpointer import BEST_EXPORT, Checkpointer, git_commit
-from cll_scale.cli import DeviceError, add_debug_argument, non_negative_int, run
-from cll_scale.config import PRESETS, apply_overrides, build_configs, load_recipe
+from cll_scale.cli import DeviceError, add_debug_argument, non_negative_int, positive_int, run
+from cll_scale.config import PRESETS, TrainConfig, apply_overrides, build_configs, load_recipe
 from cll_scale.export import export_model_config, load_export
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
@@ -475,6 +479,92 @@ class Trainer:
             tqdm.write(f"[cll-train] {message}", file=sys.stderr)
 
 
+DRY_RUN_WARMUP = 2          # steps before the timed burst (first-call allocations, caches)
+DRY_RUN_SAMPLE = 256        # microbatches per rank drawn from a second stream for rows and tokens per step
+
+
+def dry_run(recipe: dict, steps: int) -> dict:
+    """Build the run of ``recipe`` (manifest, stream, model, DeepSpeed engine) in a temporary run
+    directory, train ``DRY_RUN_WARMUP`` + ``steps`` steps, and return what a step and an epoch
+    cost. The recipe's run directory is never touched: the checkpoints, metrics and config the
+    Trainer writes go to the temporary one, which is removed, lock and all, on the way out."""
+    with tempfile.TemporaryDirectory(prefix="cll-dry-run-") as tmp:
+        recipe = {**recipe, "train": {**recipe.get("train", {}), "run_dir": tmp, "export": False}}
+        trainer = Trainer(recipe)
+        try:
+            return _dry_run_figures(trainer, steps)
+        finally:
+            trainer.close()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _dry_run_figures(t: Trainer, steps: int) -> dict:
+    """Time a burst of real steps; rows and target tokens per step come from a second stream with
+    the same settings (``DRY_RUN_SAMPLE`` microbatches), since a burst of a few length-bucketed
+    batches says little about the average. An epoch is the trainer's: every row of the split once."""
+    t.engine.train()
+    for _ in range(DRY_RUN_WARMUP):
+        t.run_step()
+    _sync(t.device)
+    start, tokens0 = time.perf_counter(), t.tokens_seen
+    for _ in range(steps):
+        t.run_step()
+    _sync(t.device)
+    seconds = ds.host_all_reduce([time.perf_counter() - start], "max")[0] / max(steps, 1)
+    sample = ShardStream(t.cfg.data, replace(t.stream_cfg, verify="none"), t.rank, t.world)
+    batches = [next(sample) for _ in range(DRY_RUN_SAMPLE)]
+    rows, tokens = ds.host_all_reduce([sum(len(b) for b in batches), sum(b.ntokens for b in batches)])
+    rows_per_step = rows / DRY_RUN_SAMPLE * t.cfg.grad_accum
+    tokens_per_step = tokens / DRY_RUN_SAMPLE * t.cfg.grad_accum
+    split = t.manifest.splits[t.stream_cfg.split]
+    shards = [s for s in split.shards if s.direction in t.stream.directions]
+    epoch_rows = sum(s.rows for s in shards)
+    epoch_tokens = sum(s.tgt_tokens + s.rows for s in shards)     # + eos, as the loss counts them
+    steps_per_epoch = epoch_rows / rows_per_step
+    params = list(t.model.parameters())
+    cfg = t.cfg
+    budget = [x for x in (cfg.max_steps, cfg.max_epochs * steps_per_epoch, cfg.max_minutes * 60 / seconds) if x]
+    return {
+        "world_size": t.world, "precision": "bf16" if t._ds_cfg.get("bf16", {}).get("enabled") else
+        "fp16" if t._ds_cfg.get("fp16", {}).get("enabled") else "fp32",
+        "parameters": sum(p.numel() for p in params), "tensors": len(params),
+        "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
+        "languages": len(t.manifest.languages), "directions": len(t.stream.directions),
+        "max_tokens_per_microbatch": t.stream_cfg.max_tokens, "grad_accum": cfg.grad_accum,
+        "rows_per_step": rows_per_step, "tokens_per_step": tokens_per_step,
+        "epoch_rows": epoch_rows, "epoch_target_tokens": epoch_tokens, "steps_per_epoch": steps_per_epoch,
+        "warmup_steps": DRY_RUN_WARMUP, "timed_steps": steps, "seconds_per_step": seconds,
+        "burst_tokens_per_step": (t.tokens_seen - tokens0) / max(steps, 1),
+        "seconds_per_epoch": steps_per_epoch * seconds,
+        "budget_steps": min(budget) if budget else None,
+        "budget_seconds": min(budget) * seconds if budget else None,
+    }
+
+
+def format_dry_run(r: dict, run_dir: str) -> str:
+    def span(s: float) -> str:
+        return f"{s / 86400:.1f} days" if s > 2 * 86400 else f"{s / 3600:.1f} h" if s > 2 * 3600 else f"{s / 60:.1f} min"
+    lines = [
+        f"dry run: {r['world_size']} rank(s), {r['precision']}, {r['languages']} languages, {r['directions']} directions",
+        f"parameters        {r['parameters']:,} in {r['tensors']} tensors ({r['trainable_parameters']:,} trained)",
+        f"tokens per step   {r['tokens_per_step']:,.0f} target tokens, {r['rows_per_step']:,.1f} rows "
+        f"({r['max_tokens_per_microbatch']:,} padded tokens x {r['grad_accum']} microbatch(es) x {r['world_size']} rank(s))",
+        f"epoch             {r['epoch_rows']:,} rows, {r['epoch_target_tokens']:,} target tokens -> "
+        f"{r['steps_per_epoch']:,.0f} steps per epoch",
+        f"time              {r['seconds_per_step']:.3f} s per step ({r['timed_steps']} steps after "
+        f"{r['warmup_steps']} warm-up) -> {span(r['seconds_per_epoch'])} per epoch",
+    ]
+    if r["budget_steps"]:
+        lines.append(f"budget            {r['budget_steps']:,.0f} steps = {r['budget_steps'] / r['steps_per_epoch']:.2f} "
+                     f"epochs, about {span(r['budget_seconds'])}")
+    lines.append(f"nothing written to {run_dir} (the dry run trained in a temporary directory)")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -487,6 +577,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=non_negative_int)
     p.add_argument("--max-minutes", type=float)
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--dry-run", action="store_true",
+                   help="build the run (stream, model, DeepSpeed engine), time a few steps, print parameters, "
+                        "tokens per step, steps and time per epoch, and exit without writing the run directory")
+    p.add_argument("--dry-run-steps", type=positive_int, default=5, metavar="N",
+                   help=f"steps timed by --dry-run, after {DRY_RUN_WARMUP} warm-up steps (default 5)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a recipe field, e.g. --set train.lr=5e-4 --set model.lsl_dim=512")
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # added by the launcher
@@ -508,9 +603,20 @@ def recipe_from_args(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.dry_run and args.resume:
+        parser.error("--dry-run starts a fresh run in a temporary directory; drop --resume")
 
     def body() -> int:
+        if args.dry_run:
+            recipe = recipe_from_args(args)
+            figures = dry_run(recipe, args.dry_run_steps)
+            ds.shutdown()
+            if int(os.environ.get("RANK", 0)) == 0:
+                print(format_dry_run(figures, recipe.get("train", {}).get("run_dir", TrainConfig.run_dir)))
+                print(json.dumps({"dry_run": figures}))
+            return 0
         result = Trainer(recipe_from_args(args), resume=args.resume).train()
         ds.shutdown()
         if int(os.environ.get("RANK", 0)) == 0:

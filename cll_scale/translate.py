@@ -167,9 +167,10 @@ class Translator:
 
     @torch.no_grad()
     def translate(self, sentences: list[str], tgt_lang: str | list[str], use_lsl: bool = True,
-                  use_cache: bool = True, n_best: int = 1) -> list[str] | list[list[str]]:
+                  use_cache: bool = True, n_best: int = 1, progress=None) -> list[str] | list[list[str]]:
         """Translate ``sentences`` into ``tgt_lang`` (one code, or one per sentence). Empty or
-        blank input gives empty output without running the model."""
+        blank input gives empty output without running the model. ``progress(n)`` is told of
+        every n sentences done."""
         tgts = [tgt_lang] * len(sentences) if isinstance(tgt_lang, str) else list(tgt_lang)
         if len(tgts) != len(sentences):
             raise ValueError(f"{len(sentences)} sentences but {len(tgts)} target languages")
@@ -185,6 +186,10 @@ class Translator:
             for i, h in zip(batch, hyps):
                 outs = [self.sp.decode(x.tokens) for x in h[:n_best]] or [""]
                 results[i] = outs if n_best > 1 else outs[0]
+            if progress:
+                progress(len(batch))
+        if progress and len(todo) < len(texts):
+            progress(len(texts) - len(todo))
         return results
 
     def _batches(self, order: list[int], encoded: dict[int, list[int]]):

@@ -13,7 +13,7 @@ import torch
 from cll_scale import engine as ds
 from cll_scale.languages import Direction
 from cll_scale.model import label_smoothed_loss
-from cll_scale.stream import eval_batches
+from cll_scale.stream import Batch, eval_batches
 
 
 class Validator:
@@ -50,8 +50,7 @@ class Validator:
         sums = torch.zeros(len(directions), 2, dtype=torch.float64, device=self.device)   # nll, tokens
         for k, direction in enumerate(directions):
             lang = self.manifest.languages.index(Direction.parse(direction).tgt)
-            for i, batch in enumerate(eval_batches(self.cfg.data, self.split, direction, self.stream_cfg.max_tokens,
-                                                   self.rank, self.world, self.stream_cfg.add_lang_tag)):
+            for i, batch in enumerate(self._batches(direction, model.cfg.pad_id)):
                 if self.cfg.valid_max_batches and i >= self.cfg.valid_max_batches:
                     break
                 batch = batch.to(self.device)
@@ -72,6 +71,18 @@ class Validator:
             record.update(out, valid_decoding=decoded)
         engine.train()
         return out, record
+
+    def _batches(self, direction: str, pad: int):
+        """This rank's validation batches of ``direction``: its slice of every row, or with
+        ``valid_max_sentences`` = N its share of the first N lines (every rank reads the
+        direction, a dev set of a few thousand rows, and keeps lines in its own range)."""
+        cfg, max_tokens, tag = self.cfg, self.stream_cfg.max_tokens, self.stream_cfg.add_lang_tag
+        n = cfg.valid_max_sentences
+        if not n:
+            return eval_batches(cfg.data, self.split, direction, max_tokens, self.rank, self.world, tag)
+        first, last = self.rank * n // self.world, (self.rank + 1) * n // self.world
+        return lines_between(eval_batches(cfg.data, self.split, direction, max_tokens, 0, 1, tag),
+                             first, last, pad, max_tokens)
 
     def _decode(self, model) -> dict:
         """Greedy translations of the first validation sentences of every direction on rank 0:
@@ -95,3 +106,45 @@ class Validator:
             result["by_direction"] = {d["direction"]: {k: d[k] for k in ("bleu", "off_target_restricted")}
                                       for d in report["directions"]}
         return ds.all_gather_object(result)[0]     # every rank logs the same numbers
+
+
+def lines_between(batches, first: int, last: int, pad: int, max_tokens: int):
+    """The rows of ``batches`` (from :func:`eval_batches`, length-sorted) whose corpus line
+    (counted from 1) is in ``(first, last]``, regrouped into batches of at most ``max_tokens``
+    padded cells, so that validating on the head of a dev set costs forward passes in
+    proportion to the rows kept, not to the dev set."""
+    held: list[Batch] = []
+    rows = width = 0
+    for batch in batches:
+        keep = (batch.lines > first) & (batch.lines <= last)
+        if not bool(keep.any()):          # host tensors: no device involved
+            continue
+        part = _rows(batch, keep, pad)
+        w = max(part.src_tokens.shape[1], part.tgt_tokens.shape[1])
+        if held and (rows + len(part)) * max(width, w) > max_tokens:
+            yield _concat(held, pad)
+            held, rows, width = [], 0, 0
+        held.append(part)
+        rows, width = rows + len(part), max(width, w)
+    if held:
+        yield _concat(held, pad)
+
+
+def _rows(batch: Batch, keep: torch.Tensor, pad: int) -> Batch:
+    """The ``keep`` rows of a right-padded batch, cut to their own longest row."""
+    src, tgt = batch.src_tokens[keep], batch.tgt_tokens[keep]
+    src = src[:, :int((src != pad).sum(1).max())]
+    tgt = tgt[:, :int((tgt != pad).sum(1).max())]
+    return Batch(src, tgt, batch.src_lang[keep], batch.tgt_lang[keep], batch.direction,
+                 int((tgt != pad).sum()), batch.lines[keep])
+
+
+def _concat(parts: list[Batch], pad: int) -> Batch:
+    def stack(tensors):
+        width = max(t.shape[1] for t in tensors)
+        return torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[1]), value=pad) for t in tensors])
+    if len(parts) == 1:
+        return parts[0]
+    return Batch(stack([p.src_tokens for p in parts]), stack([p.tgt_tokens for p in parts]),
+                 torch.cat([p.src_lang for p in parts]), torch.cat([p.tgt_lang for p in parts]), parts[0].direction,
+                 sum(p.ntokens for p in parts), torch.cat([p.lines for p in parts]))

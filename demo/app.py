@@ -18,12 +18,13 @@ for _key, _value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
+from functools import lru_cache  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
 
 from cll_scale.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
-from cll_scale.langid import detect  # noqa: E402
+from cll_scale.langid import Lingua, detect  # noqa: E402
 from cll_scale.translate import Translator  # noqa: E402
 
 MAX_CHARS = 1000
@@ -36,16 +37,23 @@ def direction_kind(translator: Translator, src: str, tgt: str) -> str:
     return "zero-shot" if d in translator.manifest.zero_shot else "unseen in training"
 
 
+@lru_cache(maxsize=8)
+def lingua_for(languages: tuple[str, ...]) -> Lingua:
+    return Lingua(list(languages))
+
+
 def describe(translator: Translator, output: str, src: str, tgt: str) -> str:
-    """The line under each output: detected language, off-target warning, training badge."""
+    """The line under each output: detected language (langdetect decides the flag, as the paper's
+    measure; lingua's verdict beside it), off-target warning, training badge."""
     kind = direction_kind(translator, src, tgt)
     badge = f"**{src}→{tgt}: {kind}** in this model's training data"
     if not output:
         return f"{badge} · (empty output)"
     lang = detect(output, translator.languages)
+    second = f"lingua: `{lingua_for(tuple(translator.languages)).detect_many([output])[0]}`"
     if lang != tgt:
-        return f"**OFF-TARGET**: output detected as `{lang}`, `{tgt}` was requested · {badge}"
-    return f"on target: detected `{lang}` · {badge}"
+        return f"**OFF-TARGET**: output detected as `{lang}` ({second}), `{tgt}` was requested · {badge}"
+    return f"on target: detected `{lang}` ({second}) · {badge}"
 
 
 def load_examples(path: str | None, languages: list[str], zero_shot: list[str], n: int = 2) -> list[list[str]]:

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.evaluate import DirectionResult, averages, markdown  # noqa: E402
+from cll_scale.evaluate import markdown  # noqa: E402
+from cll_scale.scoring import DirectionResult, averages  # noqa: E402
 from cll_scale.outputs import write_atomic  # noqa: E402
 from cll_scale.checkpointer import chosen_export  # noqa: E402
 from cll_scale.repro import hardware, plot_links, train  # noqa: E402

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.langid import detect
+from cll_scale.langid import Lingua, detect
 from tests.conftest import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -55,6 +55,7 @@ def test_translate_gives_one_output_per_model_with_right_flags(server):
         assert "de→fr: zero-shot" in info
         off = detect(hyp, ["en", "cs", "de", "fr"]) != "fr"
         assert ("OFF-TARGET" in info) == off                     # the flag follows the detector
+        assert f"lingua: `{Lingua(['en', 'cs', 'de', 'fr']).detect_many([hyp])[0]}`" in info   # and lingua's beside
     sup = client.predict("A man rides a bike.", "en", "de", False, api_name="/translate")
     assert "en→de: supervised" in sup[1]
     long = client.predict("x" * 301, "de", "fr", False, api_name="/translate")

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from cll_scale.evaluate import main as eval_main
-from cll_scale.evaluate import score_direction
+from cll_scale.evaluate import pairs_from_shards
+from cll_scale.scoring import score_direction
 from cll_scale.langid import detect
 from cll_scale.decoding import DecodeConfig
 from cll_scale.translate import TranslateConfig, Translator
@@ -20,10 +21,10 @@ def test_bleu_of_known_pairs():
     their 1- to 4-grams, so BLEU = 100 · (1/3)^(1/4); five correct words of a six-word reference
     have every precision 1 and the brevity penalty exp(1 - 6/5)."""
     ref = ["ein Hund läuft über die Wiese"]
-    res, signature = score_direction("en-de", "supervised", ["ein Hund läuft über die Straße"], ref, ["x"],
-                                     ["en", "de"], ["en-de"])
+    res, signature, _ = score_direction("en-de", "supervised", ["ein Hund läuft über die Straße"], ref, ["x"],
+                                        ["en", "de"], ["en-de"])
     assert res.bleu == pytest.approx(100 * 3 ** -0.25, abs=1e-6) and 50 < res.chrf < 100
-    res, _ = score_direction("en-de", "supervised", ["ein Hund läuft über die"], ref, ["x"], ["en", "de"], ["en-de"])
+    res, *_ = score_direction("en-de", "supervised", ["ein Hund läuft über die"], ref, ["x"], ["en", "de"], ["en-de"])
     assert res.bleu == pytest.approx(100 * math.exp(1 - 6 / 5), abs=1e-6)
     assert "tok:13a" in signature
 
@@ -38,11 +39,17 @@ def test_off_target_counter_labels_known_languages(multi30k):
     fr = (multi30k / "test_2016_flickr.fr").read_text(encoding="utf-8").splitlines()[:40]
     # Czech outputs where de→fr (zero-shot) was asked for, in a model trained on de→cs: all
     # off-target, all "rolled back" into the source's supervised target (paper Table 10).
-    res, _ = score_direction("de-fr", "zero-shot", cs, fr, fr, langs, ["de-cs", "cs-de"])
+    both = ("langdetect", "lingua")
+    res, *_ = score_direction("de-fr", "zero-shot", cs, fr, fr, langs, ["de-cs", "cs-de"], lid=both)
     assert res.off_target_restricted >= 95 and res.rollback >= 95 and res.off_languages.get("cs", 0) >= 38
+    assert res.lingua_off_target >= 95 and res.lingua_code_switch <= 10
+    res, *_ = score_direction("de-fr", "zero-shot", fr, fr, fr, langs, [], lid=both)
+    assert res.lingua_off_target <= 5 and res.off_target_restricted <= 5
     mixed = [f"{c} {c} {f} {f} {f} {f}" for c, f in zip(cs, fr)]    # starts in Czech, ends in French
-    res, _ = score_direction("de-fr", "zero-shot", mixed, fr, fr, langs, [])
-    assert res.code_switch > 50
+    res, *_ = score_direction("de-fr", "zero-shot", mixed, fr, fr, langs, [], lid=both)
+    assert res.code_switch > 50 and res.lingua_code_switch > 50     # lingua's spans find both
+    with pytest.raises(ValueError, match="language identifiers"):
+        score_direction("de-fr", "zero-shot", fr, fr, fr, langs, [], lid=("fasttext",))
 
 
 def test_translator_contract(tiny_export):
@@ -85,9 +92,20 @@ def test_cll_eval_cli(tiny_export, m30k_centered, tmp_path, capsys):
     code, table, err = run_cli(eval_main, ["--model", f"fcll={tiny_export}", "--data", str(m30k_centered),
                                            "--split", "test_2016_flickr", "--directions", "en-de,de-fr",
                                            "--max-sentences", "8", "--beam", "2", "--ablate-lsl",
-                                           "--out", str(out)], capsys)
+                                           "--lid", "lingua", "--out", str(out)], capsys)
     assert code == 0, err
     report = json.loads((out / "results.json").read_text())
+    assert report["lid"] == ["langdetect", "lingua"] and "off-target (lingua)" in table
+    # every hypothesis is kept, per model, setting and direction, and rescores to the same figures
+    for setting, name in (("default", "fcll"), ("lsl-off", "fcll (LSL off)")):
+        for d in report["models"][name]["directions"]:
+            hyps = (out / "hyps" / "fcll" / setting / f"{d['direction']}.txt").read_text().split("\n")[:-1]
+            pairs = pairs_from_shards(m30k_centered, "test_2016_flickr")[d["direction"]]
+            again, *_ = score_direction(d["direction"], d["kind"], hyps, pairs[1][:8], pairs[0][:8], ["en", "cs", "de", "fr"],
+                                        [], lid=("langdetect", "lingua"))
+            assert len(hyps) == 8 and again.bleu == d["bleu"] and again.lingua_off_target == d["lingua_off_target"]
+    timing = report["models"]["fcll"]["timing"]
+    assert timing["sentences"] == 16 and timing["decode_s"] > 0 and timing["lid_s"] > 0 and timing["sentences_per_s"] > 0
     assert set(report["models"]) == {"fcll", "fcll (LSL off)"}
     rows = {d["direction"]: d for d in report["models"]["fcll"]["directions"]}
     assert rows["en-de"]["kind"] == "supervised" and rows["de-fr"]["kind"] == "zero-shot"
