@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Every GPU measurement of the training-speed work in one call (about 6 minutes on one H200),
-# packed as one JSON (gpu_check.json) and one archive of the logs (gpu_check.tgz):
+# Every GPU measurement of the training- and decoding-speed work, packed as one JSON
+# (gpu_check.json) and one archive of the logs (gpu_check.tgz):
 #
-#   bash bench/gpu_check.sh [OUT_DIR]            # default: $OUT, else bench/out/gpu
+#   bash bench/gpu_check.sh [OUT_DIR] [PARTS]     # OUT_DIR default: $OUT, else bench/out/gpu
+#
+# PARTS: "train" (MFU, trainer ÷ plain step with and without torch.compile, engine settings,
+# FCLL ÷ Baseline at 16/99 languages; about 6 minutes), "decode" (beam search ÷ HF generate at
+# 16/64/256 sentences, small and base; cll-eval of 12 directions × 1,000 sentences with a small
+# model trained here for 300 steps; about 3 minutes) or "all" (the default). Each step has its own
+# time limit and never stops the others. lingua is not among the wheels (96 MB, above what a
+# call may carry): cll-eval runs with langdetect there; lingua's cost is CPU-side and measured
+# on the CPU.
 #
 # On a machine without deepspeed/langdetect/hjson/pydantic (the lent H200 has none of them and no
 # network) the wheels in .whl/ are installed into a private directory first; build them on a
@@ -11,6 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-bench/out/gpu}}
+PARTS=${2:-all}
 mkdir -p "$OUT_DIR"
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -39,15 +48,32 @@ step() {    # step NAME TIMEOUT_S COMMAND...: run, keep its log, never stop the 
   echo "$name: exit $? in $((SECONDS - t0)) s" | tee -a "$OUT_DIR/steps.txt"
 }
 BASE=(--device cuda --preset base)
-step mfu_256x64 60 $PY bench/bench_model.py "${BASE[@]}" --only mfu --json "$OUT_DIR/mfu_256x64.json"
-step mfu_512x128 60 $PY bench/bench_model.py "${BASE[@]}" --only mfu --shape 512 128 128 --json "$OUT_DIR/mfu_512x128.json"
-step fcll16 60 $PY bench/bench_model.py "${BASE[@]}" --only fcll --json "$OUT_DIR/fcll16.json"
-step trainer 240 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only trainer \
-  --compile inductor --blocks 4 --block-steps 10 --json "$OUT_DIR/trainer.json"
-step configs 150 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only configs \
-  --blocks 2 --block-steps 10 --json "$OUT_DIR/configs.json"
-step langs 90 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --only langs --blocks 3 --block-steps 10 \
-  --json "$OUT_DIR/langs.json"
+if [ "$PARTS" = all ] || [ "$PARTS" = train ]; then
+  step mfu_256x64 45 $PY bench/bench_model.py "${BASE[@]}" --only mfu --json "$OUT_DIR/mfu_256x64.json"
+  step mfu_512x128 45 $PY bench/bench_model.py "${BASE[@]}" --only mfu --shape 512 128 128 --json "$OUT_DIR/mfu_512x128.json"
+  step fcll16 45 $PY bench/bench_model.py "${BASE[@]}" --only fcll --json "$OUT_DIR/fcll16.json"
+  step trainer 150 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only trainer \
+    --compile inductor --blocks 4 --block-steps 10 --json "$OUT_DIR/trainer.json"
+  step configs 120 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only configs \
+    --blocks 2 --block-steps 10 --json "$OUT_DIR/configs.json"
+  step langs 60 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --only langs --blocks 3 --block-steps 10 \
+    --json "$OUT_DIR/langs.json"
+fi
+if [ "$PARTS" = all ] || [ "$PARTS" = decode ]; then
+  step decode_base 60 $PY bench/bench_decode.py "${BASE[@]}" --sizes 16 64 256 --vocab 32000 \
+    --json "$OUT_DIR/decode_base.json"
+  step decode_small 45 $PY bench/bench_decode.py --device cuda --preset small --sizes 16 64 256 \
+    --json "$OUT_DIR/decode_small.json"
+  RUN=/tmp/cll-gpu-eval-run
+  rm -rf "$RUN"
+  step train_small 90 $PY -m cll_scale.train --data "$SHARDS" --preset small --run-dir "$RUN" --max-steps 300 \
+    --set data.max_tokens=16000 --set train.warmup_steps=100 --set train.valid_every=1000
+  step eval_small 120 $PY -m cll_scale.evaluate --model small="$RUN/export" --data "$SHARDS" \
+    --split test_2016_flickr --beam 4 --device cuda --out "$OUT_DIR/eval_small"
+  [ -f "$OUT_DIR/eval_small/results.json" ] && $PY -c "import json,sys; r=json.load(open(sys.argv[1])); \
+json.dump({k: v['timing'] for k, v in r['models'].items()}, open(sys.argv[2], 'w'))" \
+    "$OUT_DIR/eval_small/results.json" "$OUT_DIR/eval_small_timing.json"
+fi
 
 $PY - "$OUT_DIR" <<'EOF'
 import json, sys
@@ -55,7 +81,7 @@ from pathlib import Path
 out = Path(sys.argv[1])
 merged = {"gpu": (out / "gpu.txt").read_text() if (out / "gpu.txt").exists() else "",
           "steps": (out / "steps.txt").read_text().splitlines() if (out / "steps.txt").exists() else []}
-for f in sorted(out.glob("*.json")):
+for f in sorted(out.glob("*.json")):   # top level only: eval_small/ stays in the archive
     if f.name != "gpu_check.json":
         merged[f.stem] = json.loads(f.read_text())
 (out / "gpu_check.json").write_text(json.dumps(merged, indent=1))

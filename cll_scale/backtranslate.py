@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
@@ -89,13 +89,8 @@ class BTConfig:
 
 def read_targets(data: Path, manifest: Manifest, direction: str) -> tuple[np.ndarray, list[list[int]]]:
     """(line numbers, target ids) of one training direction, in shard order."""
-    lines, tgt = [], []
-    for shard in (s for s in manifest.splits["train"].shards if s.direction == direction):
-        with pa.memory_map(str(data / shard.file)) as src:
-            table = pa.ipc.open_file(src).read_all().select(["line", "tgt_ids"])
-        lines.append(table.column("line").to_numpy())
-        tgt.extend(table.column("tgt_ids").to_pylist())
-    return np.concatenate(lines) if lines else np.zeros(0, np.int64), tgt
+    table = manifest.read_direction(data, "train", direction, ["line", "tgt_ids"])
+    return table.column("line").to_numpy(), table.column("tgt_ids").to_pylist()
 
 
 def plan_epoch(cfg: BTConfig, manifest: Manifest, epoch: int) -> list[dict]:
@@ -119,8 +114,9 @@ def plan_epoch(cfg: BTConfig, manifest: Manifest, epoch: int) -> list[dict]:
     return chunks
 
 
-def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world: int) -> list[dict]:
-    """Translate this rank's unfinished chunks; each finished chunk is written at once."""
+def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world: int) -> tuple[list[dict], dict]:
+    """Translate this rank's unfinished chunks; each finished chunk is written at once. Returns
+    the epoch's chunks and this rank's speed: pseudo sentences, seconds, sentences/s."""
     data, parts = Path(cfg.data), Path(cfg.out) / "parts" / f"epoch-{epoch}"
     parts.mkdir(parents=True, exist_ok=True)
     manifest = Manifest.load(data)
@@ -129,6 +125,7 @@ def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world
     targets: dict[str, tuple] = {}
     bar = tqdm(total=sum(len(chunks[k]["rows"]) for k in mine), unit="sent", disable=rank != 0 or None,
                desc=f"back-translating, epoch {epoch}", dynamic_ncols=True)
+    start, done = time.perf_counter(), 0
     for k in mine:
         c = chunks[k]
         if c["direction"] not in targets:
@@ -140,8 +137,14 @@ def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world
                   "rows": c["rows"], "pseudo_langs": c["pseudo_langs"], "pseudo": pseudo}
         write_atomic(parts / f"{k:06d}.json", json.dumps(record, ensure_ascii=False))
         bar.update(len(c["rows"]))
+        done += len(c["rows"])
     bar.close()
-    return chunks
+    seconds = time.perf_counter() - start
+    speed = {"pseudo_sentences": done, "seconds": seconds, "sentences_per_s": done / seconds if done else 0.0}
+    if done:
+        print(f"[cll-bt] rank {rank}, epoch {epoch}: {done:,} pseudo sentences in {seconds:.1f} s "
+              f"({speed['sentences_per_s']:.1f}/s, beam {cfg.beam}, {translator.device.type})", file=sys.stderr)
+    return chunks, speed
 
 
 def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
@@ -216,14 +219,15 @@ def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
         for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
             current = cfg.model if epoch == 1 else out / "run" / "export"
             translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))
-            chunks = generate(cfg, translator, epoch, rank, world)
+            chunks, speed = generate(cfg, translator, epoch, rank, world)
             ds.barrier()
             if rank == 0:
                 build_epoch_data(cfg, epoch, len(chunks), translator.sp)
             ds.barrier()
             train_epoch(cfg, out / "data" / f"epoch-{epoch}")
             if rank == 0:
-                write_atomic(state_path, json.dumps({"epochs_done": epoch}, indent=1))
+                state = {"epochs_done": epoch, "generation": {**state.get("generation", {}), str(epoch): speed}}
+                write_atomic(state_path, json.dumps(state, indent=1))
             ds.barrier()
         ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
                              # out a long evaluation in a collective would hit the group's timeout

@@ -31,7 +31,6 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
-import pyarrow as pa
 from tqdm.auto import tqdm
 
 from cll_scale.cli import (add_debug_argument, add_lid_arguments, non_negative_int, parse_models, pick_device,
@@ -51,13 +50,12 @@ def pairs_from_shards(shard_dir: str | Path, split: str) -> dict[str, tuple[list
     if split not in m.splits:
         raise ValueError(f"{shard_dir}: no split {split!r} (has {', '.join(m.splits)})")
     out: dict[str, tuple[list[str], list[str]]] = {}
-    for shard in m.splits[split].shards:
-        table = pa.ipc.open_file(pa.OSFile(str(Path(shard_dir) / shard.file))).read_all()
+    for direction in m.splits[split].directions():
+        table = m.read_direction(shard_dir, split, direction)
         if "src_text" not in table.column_names:
-            raise ValueError(f"{shard.file}: a training shard has no raw text; evaluate a dev/test split")
-        srcs, refs = out.setdefault(shard.direction, ([], []))
-        srcs += table.column("src_text").to_pylist()
-        refs += table.column("tgt_text").to_pylist()
+            raise ValueError(f"{shard_dir}: split {split!r} is a training split without raw text; evaluate a "
+                             f"dev/test split")
+        out[direction] = (table.column("src_text").to_pylist(), table.column("tgt_text").to_pylist())
     return out
 
 
@@ -128,8 +126,7 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
     for direction in sorted(pairs):
         if directions and direction not in directions:
             continue
-        d = Direction.parse(direction)
-        src_lang, tgt_lang = d.src, d.tgt
+        src_lang, tgt_lang = Direction.parse(direction)
         missing = [x for x in (src_lang, tgt_lang) if x not in m.languages]
         if missing:
             skipped[direction] = f"the model has no {' and no '.join(missing)}"

@@ -31,7 +31,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
 import sentencepiece as spm
 import torch
 
@@ -84,10 +83,8 @@ def old_language_sample(data: Path, manifest: Manifest, rows: int) -> list[str]:
     sp = spm.SentencePieceProcessor(model_file=str(data / manifest.tokenizer.file))
     texts = []
     for direction in manifest.splits["train"].directions():
-        shard = next(s for s in manifest.splits["train"].shards if s.direction == direction)
-        with pa.memory_map(str(data / shard.file)) as f:
-            ids = pa.ipc.open_file(f).read_all().column("src_ids").to_pylist()[:rows]
-        texts += sp.decode(ids)
+        ids = manifest.read_direction(data, "train", direction, ["src_ids"]).column("src_ids")
+        texts += sp.decode(ids.slice(0, rows).to_pylist())
     return texts
 
 

@@ -70,6 +70,10 @@ class Direction:
     def __str__(self) -> str:
         return f"{self.src}-{self.tgt}"
 
+    def __iter__(self):
+        """``src, tgt = Direction.parse("de-fr")``."""
+        return iter((self.src, self.tgt))
+
     @classmethod
     def parse(cls, text: str) -> "Direction":
         parts = text.strip().split("-")

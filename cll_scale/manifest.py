@@ -16,6 +16,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
 from cll_scale.languages import Direction
 from cll_scale.outputs import write_atomic
 
@@ -93,6 +95,25 @@ class Manifest:
         except ValueError:
             raise ManifestError(f"unknown language {code!r}; this data has "
                                 f"{', '.join(self.languages)}") from None
+
+    # -- reading shards: the one place that opens the Arrow files --------------------------------
+    @staticmethod
+    def open_shard(directory: str | os.PathLike, file: str) -> pa.RecordBatchFileReader:
+        """One shard file, memory-mapped: record batch k holds rows k·block_rows onwards."""
+        return pa.ipc.open_file(pa.memory_map(str(Path(directory) / file)))
+
+    def read_direction(self, directory: str | os.PathLike, split: str, direction: str | Direction,
+                       columns: list[str] | None = None) -> pa.Table:
+        """Every row of one direction of a split, its shards in order (memory-mapped, no copy)."""
+        direction = str(direction)
+        if split not in self.splits or direction not in self.splits[split].directions():
+            have = ", ".join(self.splits[split].directions()) if split in self.splits else f"no split {split!r}"
+            raise ManifestError(f"{directory}: no direction {direction} in split {split!r} ({have})")
+        tables = []
+        for shard in (s for s in self.splits[split].shards if s.direction == direction):
+            table = self.open_shard(directory, shard.file).read_all()
+            tables.append(table.select(columns) if columns else table)
+        return pa.concat_tables(tables)
 
     def is_zero_shot(self, direction: str | Direction) -> bool:
         return str(direction) in self.zero_shot

@@ -62,8 +62,7 @@ def score_direction(direction: str, kind: str, hyps: list[str], refs: list[str],
     if unknown or "langdetect" not in lid:
         raise ValueError(f"language identifiers: langdetect (always, the paper's) and optionally lingua; "
                          f"not {', '.join(unknown) or '(langdetect missing)'}")
-    parsed = Direction.parse(direction)
-    src, tgt = parsed.src, parsed.tgt
+    src, tgt = Direction.parse(direction)
     t0 = time.perf_counter()
     bleu_metric = sacrebleu.BLEU(tokenize="zh" if tgt == "zh" else tokenize)
     bleu = bleu_metric.corpus_score(hyps, [refs])

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, ManifestError
 
 _SAMPLER_CHUNK = 4096
@@ -168,7 +169,7 @@ class ShardStream:
         self.rows = np.array(rows, dtype=np.int64)
         q = self.rows.astype(np.float64) ** (1.0 / self.cfg.temperature)
         self.probs = q / q.sum()
-        src, tgt = zip(*(d.split("-") for d in self.directions))
+        src, tgt = zip(*map(Direction.parse, self.directions))
         self.src_lang = [m.lang_id(x) for x in src]
         self.tgt_lang = [m.lang_id(x) for x in tgt]
         self.tag_ids = [tok.lang_tag_ids[x] for x in tgt]
@@ -249,7 +250,7 @@ class ShardStream:
         return self.rank * n // self.world, (self.rank + 1) * n // self.world
 
     def _open(self, file: str):
-        return pa.ipc.open_file(pa.OSFile(str(self.dir / file)))
+        return Manifest.open_shard(self.dir, file)
 
     def _pool(self, d: int, epoch: int, pool_idx: int) -> _Pool:
         cached = self._pools.get(d)
@@ -321,21 +322,15 @@ def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: 
     """Every row of one direction of an evaluation split exactly once, in length-sorted
     token-budget batches (no shuffling, no sampling); ranks get disjoint contiguous slices."""
     m = Manifest.load(shard_dir)
-    if split not in m.splits or direction not in m.splits[split].directions():
-        raise ManifestError(f"{shard_dir}: no direction {direction} in split {split!r}")
-    parts_src, parts_tgt, lines = [], [], []
-    for shard in (s for s in m.splits[split].shards if s.direction == direction):
-        table = pa.ipc.open_file(pa.OSFile(str(Path(shard_dir) / shard.file))).read_all()
-        parts_src += table.column("src_ids").chunks
-        parts_tgt += table.column("tgt_ids").chunks
-        lines.append(table.column("line").to_numpy())
-    pool = _Pool(*_concat_lists(parts_src), *_concat_lists(parts_tgt), _concat_ints(lines))
+    table = m.read_direction(shard_dir, split, direction, ["src_ids", "tgt_ids", "line"])
+    pool = _Pool(*_concat_lists(table.column("src_ids").chunks), *_concat_lists(table.column("tgt_ids").chunks),
+                 table.column("line").to_numpy())
     n = len(pool.src_len)
     lo, hi = rank * n // world_size, (rank + 1) * n // world_size
     cost = _row_cost(pool, add_lang_tag)
     rows = np.arange(lo, hi)
     order = rows[np.argsort(cost[rows], kind="stable")]
-    src, tgt = direction.split("-")
+    src, tgt = Direction.parse(direction)
     tag = m.tokenizer.lang_tag_ids[tgt] if add_lang_tag else None
     for batch_rows in _cut(order, cost, max_tokens, 0):
         yield _collate(pool, batch_rows, tag, m.lang_id(src), m.lang_id(tgt), direction,

@@ -25,6 +25,7 @@ import sacrebleu  # noqa: E402
 
 from cll_scale.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
 from cll_scale.langid import Lingua, detect  # noqa: E402
+from cll_scale.languages import Direction  # noqa: E402
 from cll_scale.translate import Translator  # noqa: E402
 
 MAX_CHARS = 1000
@@ -62,7 +63,7 @@ def load_examples(path: str | None, languages: list[str], zero_shot: list[str], 
         return []
     out = []
     for d in zero_shot:
-        src, tgt = d.split("-")
+        src, tgt = Direction.parse(d)
         f = Path(path) / f"test_2016_flickr.{src}"
         if f.is_file() and src in languages and tgt in languages:
             for line in f.read_text(encoding="utf-8").splitlines()[:n]:
@@ -150,7 +151,7 @@ def build_app(demo: Demo, examples_dir: str | None = None):
     import gradio as gr
     first = next(iter(demo.translators.values()))
     zero_shot = first.manifest.zero_shot
-    default = zero_shot[0].split("-") if zero_shot else demo.languages[:2]
+    default = list(Direction.parse(zero_shot[0])) if zero_shot else demo.languages[:2]
     with gr.Blocks(title="cll-scale: Baseline vs CLL") as app:
         gr.Markdown("# cll-scale: zero-shot translation, Baseline vs Central Language-aware Layers\n"
                     "Pick a **zero-shot** direction (no parallel data in training) and compare the models: "

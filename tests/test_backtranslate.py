@@ -44,7 +44,8 @@ def cll_bt(shards, export, out, *extra, launcher=(sys.executable, "-m")):
 
 def check_epochs(shards, out):
     """Both epochs' data: a verified manifest, every planned pair accounted for, the real data linked."""
-    assert json.loads((out / "bt.json").read_text())["epochs_done"] == 2
+    state = json.loads((out / "bt.json").read_text())
+    assert state["epochs_done"] == 2
     original = Manifest.load(shards)
     for epoch in (1, 2):
         data = out / "data" / f"epoch-{epoch}"
@@ -63,6 +64,9 @@ def check_epochs(shards, out):
         assert real <= {s.file for s in m.splits["train"].shards}
         f = next(iter(real))
         assert os.stat(data / f).st_ino == os.stat(shards / f).st_ino
+        # rank 0's generation speed: every pseudo pair it planned, in measured time
+        speed = state["generation"][str(epoch)]
+        assert speed["seconds"] > 0 and speed["sentences_per_s"] == speed["pseudo_sentences"] / speed["seconds"]
 
 
 @pytest.mark.slow
