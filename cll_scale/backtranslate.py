@@ -30,9 +30,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
-from cll_scale.cli import add_before_after_arguments, add_debug_argument, csv_list
+from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args
 from cll_scale.decoding import DecodeConfig
-from cll_scale.finetune import before_after, command, open_output
+from cll_scale.finetune import before_after, command, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, write_atomic
@@ -44,22 +44,29 @@ BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
 
 @dataclass
 class BTConfig:
-    model: str                          # export to start from
-    data: str                           # its shard directory (real pairs, valid and test sets)
-    out: str
-    bt_langs: list[str] = field(default_factory=list)   # pseudo-source languages; [] = all
-    epochs: int = 4
-    beam: int = 1                       # greedy, as online back-translation does
-    max_rows: int = 0                   # per direction and epoch; 0 = every training pair
+    # The help texts are cll-bt's flags (cll_scale.cli.add_config_arguments).
+    model: str = field(metadata={"help": "export to start from"})
+    data: str = field(metadata={"help": "the shard directory the model was trained on (real pairs, valid and "
+                                        "test sets)"})
+    out: str = field(metadata={"help": "run directory (re-run the command to resume)"})
+    bt_langs: list[str] = field(default_factory=list, metadata={
+        "help": "comma-separated pseudo-source languages (default: all); the paper uses the languages of the "
+                "zero-shot test"})
+    epochs: int = field(default=4, metadata={"help": "back-translation epochs"})
+    beam: int = field(default=1, metadata={"help": "beam for generating pseudo sources (1: greedy, as online "
+                                                   "back-translation does)"})
+    max_rows: int = field(default=0, metadata={"help": "pairs per direction and epoch (0: every training pair)"})
     chunk_rows: int = 2048              # unit of resumable generation work
-    lr: float = 3e-4
-    warmup_steps: int = 500
-    max_tokens: int = 4096
-    ds_config: str = "auto"
-    seed: int = 1
-    eval_splits: list[str] = field(default_factory=list)   # [] = every test split of --data
-    eval_max_sentences: int = 0
-    eval_beam: int = 4
+    lr: float = field(default=3e-4, metadata={"help": "peak learning rate of each epoch's fine-tuning"})
+    warmup_steps: int = field(default=500, metadata={"help": "learning-rate warm-up steps"})
+    max_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch"})
+    ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
+    seed: int = field(default=1, metadata={"help": "seed of sampling, generation order and training"})
+    eval_splits: list[str] = field(default_factory=list, metadata={
+        "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
+    eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
+                                                                 "(0: all)"})
+    eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
 
     def __post_init__(self):
         for name in ("epochs", "beam", "chunk_rows", "max_tokens", "eval_beam"):
@@ -196,11 +203,9 @@ def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
 
 def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
     run = Path(cfg.out) / "run"
-    recipe = {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed},
-              "train": {"data": str(epoch_data), "run_dir": str(run), "init_from": cfg.model,
-                        "new_data": True, "max_epochs": 1.0, "lr": cfg.lr, "warmup_steps": cfg.warmup_steps,
-                        "ds_config": cfg.ds_config, "seed": cfg.seed, "best_metric": "", "valid_every": 500,
-                        "ckpt_every": 250, "keep_last": 2, "log_every": 25}}
+    recipe = fine_tuning_recipe(epoch_data, run, cfg.max_tokens, cfg.seed, cfg.ds_config, init_from=cfg.model,
+                                new_data=True, max_epochs=1.0, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                                best_metric="")
     Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
 
 
@@ -242,20 +247,7 @@ def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-bt", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="export to start from")
-    p.add_argument("--data", required=True, help="the shard directory the model was trained on")
-    p.add_argument("--out", required=True, help="run directory (re-run the command to resume)")
-    p.add_argument("--bt-langs", default="", help="comma-separated pseudo-source languages (default: all); "
-                   "the paper uses the languages of the zero-shot test")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--beam", type=int, default=1, help="beam for generating pseudo sources")
-    p.add_argument("--max-rows", type=int, default=0, help="pairs per direction and epoch (0: all)")
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--warmup-steps", type=int, default=500)
-    p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--ds-config", default="auto")
-    p.add_argument("--seed", type=int, default=1)
-    add_before_after_arguments(p)
+    add_config_arguments(p, BTConfig)
     p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
     add_debug_argument(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -264,12 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return command("cll-bt", argv, args, lambda: BTConfig(
-        model=args.model, data=args.data, out=args.out, bt_langs=csv_list(args.bt_langs), epochs=args.epochs,
-        beam=args.beam, max_rows=args.max_rows, lr=args.lr, warmup_steps=args.warmup_steps,
-        max_tokens=args.max_tokens, ds_config=args.ds_config, seed=args.seed, eval_splits=csv_list(args.eval_splits),
-        eval_max_sentences=args.eval_max_sentences, eval_beam=args.eval_beam), run)
-
+    return command("cll-bt", argv, args, lambda: config_from_args(BTConfig, args), run)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,6 +18,7 @@ exit  meaning
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -127,12 +128,30 @@ def parse_models(specs: list[str]) -> dict[str, str]:
     return models
 
 
-def add_before_after_arguments(p: argparse.ArgumentParser) -> None:
-    """The evaluation flags of the commands that end with a before/after table (cll-bt, cll-extend)."""
-    p.add_argument("--eval-splits", default="", help="comma-separated test splits (default: every test split)")
-    p.add_argument("--eval-max-sentences", type=non_negative_int, default=0,
-                   help="evaluate only the first N of each direction (0: all)")
-    p.add_argument("--eval-beam", type=positive_int, default=4, help="beam of the before/after evaluation")
+def add_config_arguments(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of the dataclass ``cls`` that carries ``metadata={"help": ...}``
+    (fairseq's way): ``--max-len-a`` for ``max_len_a``, its default and type from the field, so
+    each default and help text is written once, in the config. A field without a default is a
+    required flag; a list field reads comma-separated values; other metadata keys (``type``,
+    ``choices``, ``metavar``) go to ``add_argument``."""
+    for f in dataclasses.fields(cls):
+        if "help" not in f.metadata or f.name in skip:
+            continue
+        kw = {k: v for k, v in f.metadata.items() if k != "help"}
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if "type" not in kw:
+            kw["type"] = csv_list if isinstance(default, list) else type(default) if isinstance(
+                default, (int, float)) and not isinstance(default, bool) else str
+        shown = ",".join(default) if isinstance(default, list) else default
+        help_text = f.metadata["help"] + ("" if required or shown in ("", None) else f" (default: {shown})")
+        p.add_argument("--" + f.name.replace("_", "-"), required=required, default=default, help=help_text, **kw)
+
+
+def config_from_args(cls, args: argparse.Namespace, **values):
+    """``cls`` from the flags :func:`add_config_arguments` added (and ``values`` for the rest)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{**{k: v for k, v in vars(args).items() if k in names}, **values})
 
 
 def csv_list(text: str) -> list[str]:

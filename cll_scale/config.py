@@ -204,6 +204,13 @@ class TrainConfig:
             raise ValueError("log_every, valid_every, ckpt_every and max_skips_in_a_row must be >= 1")
 
 
+    def budget_spent(self, step: int, epoch: float, elapsed_s: float) -> bool:
+        """Whichever of max_steps, max_epochs and max_minutes comes first (0: no limit)."""
+        return bool((self.max_steps and step >= self.max_steps)
+                    or (self.max_epochs and epoch >= self.max_epochs)
+                    or (self.max_minutes and elapsed_s >= self.max_minutes * 60))
+
+
 def load_recipe(path: str | Path) -> dict:
     """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "train": {...}}`` in YAML or JSON.
     A file that does not parse, or whose sections are not mappings, is an error naming the file

@@ -5,7 +5,7 @@ Greedy search is beam 1.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -13,11 +13,13 @@ import torch
 
 @dataclass
 class DecodeConfig:
-    beam: int = 4
-    len_penalty: float = 1.0       # final score = sum log p / length ** len_penalty
-    max_len_a: float = 1.5         # max output length = a * source length + b
-    max_len_b: int = 10
-    min_len: int = 1
+    # The help texts are the commands' flags (cll_scale.cli.add_config_arguments).
+    beam: int = field(default=4, metadata={"help": "beam size (1: greedy)"})
+    len_penalty: float = field(default=1.0, metadata={
+        "help": "length penalty: a hypothesis scores sum log p / length ** len_penalty"})
+    max_len_a: float = field(default=1.5, metadata={"help": "longest output = a · source length + b: a"})
+    max_len_b: int = field(default=10, metadata={"help": "longest output = a · source length + b: b"})
+    min_len: int = field(default=1, metadata={"help": "shortest output, in subwords before eos"})
 
     def __post_init__(self):
         import math

@@ -36,10 +36,10 @@ import torch
 
 from cll_scale import engine as ds
 from cll_scale.checkpointer import chosen_export
-from cll_scale.cli import add_before_after_arguments, add_debug_argument, csv_list
+from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import load_export, write_export
-from cll_scale.finetune import before_after, command, open_output
+from cll_scale.finetune import before_after, command, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
@@ -48,25 +48,32 @@ from cll_scale.train import Trainer, set_threads
 
 @dataclass
 class ExtendConfig:
-    model: str                      # export of the pre-trained model
-    data: str                       # its shard directory (old data, mixed into fine-tuning)
-    lang: str                       # the new language
-    corpus: str                     # multi-way directory with the new language's text
-    pairs: list[str]                # supervised directions with the new language, e.g. en-cs, cs-en
-    out: str
-    max_pairs: int = 5000           # training lines taken from the corpus
-    vocab_size: int = 2000          # pieces learned on the new language (before de-duplication)
+    # The help texts are cll-extend's flags (cll_scale.cli.add_config_arguments).
+    model: str = field(metadata={"help": "export of the pre-trained model"})
+    data: str = field(metadata={"help": "the shard directory it was trained on (old data, mixed into fine-tuning)"})
+    lang: str = field(metadata={"help": "code of the new language"})
+    corpus: str = field(metadata={"help": "multi-way directory with the new language's text (and dev/test sets)"})
+    pairs: list[str] = field(metadata={"help": "supervised directions with the new language, e.g. en-cs,cs-en",
+                                       "type": csv_list})
+    out: str = field(metadata={"help": "run directory (re-run the command to resume)"})
+    max_pairs: int = field(default=5000, metadata={"help": "training lines taken from the corpus"})
+    vocab_size: int = field(default=2000, metadata={"help": "pieces learned on the new language (before "
+                                                            "de-duplication)"})
     keep_rows: int = 5000           # old-language sentences per direction that must split as before
     noise: float = 0.01             # std of the noise on new embedding rows, relative to the old rows'
-    freeze: list[str] = field(default_factory=list)   # extra parameter globs to freeze
-    max_steps: int = 2000
-    lr: float = 0.0                 # 0: continue pre-training's schedule where it ended
-    max_tokens: int = 4096
-    ds_config: str = "auto"
-    seed: int = 1
-    eval_splits: list[str] = field(default_factory=list)   # [] = every test split of the corpus
-    eval_max_sentences: int = 0
-    eval_beam: int = 4
+    freeze: list[str] = field(default_factory=list, metadata={
+        "help": "extra parameter globs to freeze, e.g. 'encoder.*,embed.weight'"})
+    max_steps: int = field(default=2000, metadata={"help": "fine-tuning steps"})
+    lr: float = field(default=0.0, metadata={"help": "constant peak learning rate (0: continue pre-training's "
+                                                     "schedule where it ended)"})
+    max_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch"})
+    ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
+    seed: int = field(default=1, metadata={"help": "seed of the vocabulary, the new rows' noise and training"})
+    eval_splits: list[str] = field(default_factory=list, metadata={
+        "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
+    eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
+                                                                 "(0: all)"})
+    eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
 
     def __post_init__(self):
         for name in ("max_pairs", "vocab_size", "max_steps", "max_tokens", "eval_beam"):
@@ -244,12 +251,9 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
     frozen = old_cll_patterns(ModelConfig.from_json(json.loads((init / "model_config.json").read_text())),
                               cfg.lang) + cfg.freeze
     run = Path(cfg.out) / "run"
-    recipe = {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed},
-              "train": {"data": str(data), "run_dir": str(run), "init_from": str(init), "freeze": frozen,
-                        "lr": sched["lr"], "warmup_steps": sched["warmup_steps"],
-                        "schedule_offset": sched["step"], "max_steps": cfg.max_steps,
-                        "ds_config": cfg.ds_config, "seed": cfg.seed, "valid_every": 500, "ckpt_every": 250,
-                        "keep_last": 2, "log_every": 25}}
+    recipe = fine_tuning_recipe(data, run, cfg.max_tokens, cfg.seed, cfg.ds_config, init_from=str(init),
+                                freeze=frozen, lr=sched["lr"], warmup_steps=sched["warmup_steps"],
+                                schedule_offset=sched["step"], max_steps=cfg.max_steps)
     Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
     return chosen_export(run)
 
@@ -268,10 +272,10 @@ def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
             init = build_init_export(cfg, data)
         ds.barrier()
         tuned = fine_tune(cfg, data, init)
+        device = ds.device()
         ds.shutdown()        # before rank 0's evaluation (see cll_scale.backtranslate.run)
         if rank != 0:
             return {}
-        device = "cuda" if torch.cuda.is_available() else "cpu"
         return before_after({"original": cfg.model, f"+{cfg.lang}": tuned}, data, cfg.eval_splits, cfg.corpus,
                             cfg.eval_beam, cfg.eval_max_sentences, out, device)
     finally:
@@ -281,21 +285,7 @@ def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-extend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="export of the pre-trained model")
-    p.add_argument("--data", required=True, help="the shard directory it was trained on")
-    p.add_argument("--lang", required=True, help="code of the new language")
-    p.add_argument("--corpus", required=True, help="multi-way directory with the new language (and dev/test sets)")
-    p.add_argument("--pairs", required=True, help="supervised directions, e.g. en-cs,cs-en")
-    p.add_argument("--out", required=True, help="run directory (re-run the command to resume)")
-    p.add_argument("--max-pairs", type=int, default=5000)
-    p.add_argument("--vocab-size", type=int, default=2000, help="pieces learned on the new language")
-    p.add_argument("--freeze", default="", help="extra parameter globs to freeze, e.g. 'encoder.*,embed.weight'")
-    p.add_argument("--max-steps", type=int, default=2000)
-    p.add_argument("--lr", type=float, default=0.0, help="constant peak LR instead of continuing pre-training's")
-    p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--ds-config", default="auto")
-    p.add_argument("--seed", type=int, default=1)
-    add_before_after_arguments(p)
+    add_config_arguments(p, ExtendConfig)
     p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
     add_debug_argument(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -304,13 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return command("cll-extend", argv, args, lambda: ExtendConfig(
-        model=args.model, data=args.data, lang=args.lang, corpus=args.corpus, pairs=csv_list(args.pairs),
-        out=args.out, max_pairs=args.max_pairs, vocab_size=args.vocab_size, freeze=csv_list(args.freeze),
-        max_steps=args.max_steps, lr=args.lr, max_tokens=args.max_tokens, ds_config=args.ds_config,
-        seed=args.seed, eval_splits=csv_list(args.eval_splits), eval_max_sentences=args.eval_max_sentences,
-        eval_beam=args.eval_beam), run)
-
+    return command("cll-extend", argv, args, lambda: config_from_args(ExtendConfig, args), run)
 
 if __name__ == "__main__":
     sys.exit(main())

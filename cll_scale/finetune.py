@@ -13,6 +13,7 @@ from cll_scale import engine as ds
 from cll_scale.cli import print_tables
 from cll_scale.cli import run as cli_run
 from cll_scale.decoding import DecodeConfig
+from cll_scale.config import TrainConfig
 from cll_scale.evaluate import compare, pairs_from_shards, write_report
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, write_atomic
@@ -97,3 +98,14 @@ def command(prog: str, argv: list[str] | None, args, make_config, run) -> int:
             print_tables(prog, argv, tables)
         return 0
     return cli_run(prog, body, args.debug)
+
+
+def fine_tuning_recipe(data: str | Path, run_dir: str | Path, max_tokens: int, seed: int, ds_config: str,
+                       **train) -> dict:
+    """The cll-train recipe of a fine-tuning run (back-translation epochs, extension): the
+    fine-tuning settings both share, written once and checked as a TrainConfig before any
+    work, plus ``train`` (start, schedule, budget)."""
+    settings = {"data": str(data), "run_dir": str(run_dir), "ds_config": ds_config, "seed": seed,
+                "valid_every": 500, "ckpt_every": 250, "keep_last": 2, "log_every": 25, **train}
+    TrainConfig(**settings)          # an unknown or invalid setting fails here, by name
+    return {"data": {"max_tokens": max_tokens, "seed": seed}, "train": settings}

@@ -35,6 +35,7 @@ import torch
 from cll_scale.checkpointer import chosen_export
 from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
                            pick_device, positive_int, run)
+from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, markdown, pairs_from_shards
 from cll_scale.outputs import write_atomic
@@ -96,14 +97,12 @@ def export_ids(runs: dict[str, Path]) -> dict[str, str]:
             for name, d in runs.items()}
 
 
-def budget_spent(last: dict, budget: dict) -> bool:
-    return bool((budget["steps"] and last.get("step", 0) >= budget["steps"])
-                or (budget["minutes"] and last.get("elapsed_s", 0) >= budget["minutes"] * 60))
-
-
 def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> None:
     state = run_state(run_dir)
-    if budget_spent(state["last"], budget) and state["exported_step"] == state["last"].get("step"):
+    last = state["last"]
+    spent = TrainConfig(max_steps=budget["steps"], max_minutes=budget["minutes"]).budget_spent(
+        last.get("step", 0), last.get("epoch", 0.0), last.get("elapsed_s", 0.0))
+    if spent and state["exported_step"] == last.get("step"):
         print(f"[cll-repro] {run_dir.name}: finished ({state['last']['step']} steps), skipping", file=sys.stderr)
         return
     cmd = [sys.executable, "-m", "cll_scale.train", "--recipe", str(recipe), "--data", str(shards),

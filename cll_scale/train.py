@@ -413,9 +413,7 @@ class Trainer:
 
     def _budget_spent(self) -> bool:
         # Decided from all-reduced numbers only, so every rank stops at the same step.
-        return bool((self.cfg.max_steps and self.step >= self.cfg.max_steps)
-                    or (self.cfg.max_epochs and self.epoch >= self.cfg.max_epochs)
-                    or (self.cfg.max_minutes and self.elapsed >= self.cfg.max_minutes * 60))
+        return self.cfg.budget_spent(self.step, self.epoch, self.elapsed)
 
     def _fault(self, kind: str, step: int) -> bool:
         """Test hook (see :func:`_fault_spec`): whether ``kind`` is injected at ``step``, once."""

@@ -16,7 +16,7 @@ import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
-from cll_scale.cli import add_debug_argument, pick_device, positive_int, run
+from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, pick_device, positive_int, run
 from cll_scale.decoding import DecodeConfig, beam_search
 from cll_scale.export import load_export
 from cll_scale.manifest import Manifest
@@ -249,10 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tsv", action="store_true", help="input lines are 'tgt<TAB>text' or 'src<TAB>tgt<TAB>text'")
     p.add_argument("--input", help="input file (default: standard input)")
     p.add_argument("--output", help="output file (default: standard output)")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--len-penalty", type=float, default=1.0)
-    p.add_argument("--max-len-a", type=float, default=1.5)
-    p.add_argument("--max-len-b", type=int, default=10)
+    add_config_arguments(p, DecodeConfig)
     p.add_argument("--max-tokens", type=positive_int, help="source tokens × beam per batch (default: 6,000 on "
                    "the CPU, 96,000 on a GPU)")
     p.add_argument("--no-lsl", action="store_true", help="switch the LSLs off (paper Table 10 ablation)")
@@ -275,8 +272,7 @@ def translate_cli(args) -> int:
     if not args.tsv and not args.tgt_lang:
         raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
     out = check_output_path(args.output) if args.output else None
-    cfg = TranslateConfig(DecodeConfig(beam=args.beam, len_penalty=args.len_penalty, max_len_a=args.max_len_a,
-                                       max_len_b=args.max_len_b), max_tokens=args.max_tokens or 0)
+    cfg = TranslateConfig(config_from_args(DecodeConfig, args), max_tokens=args.max_tokens or 0)
     translator = Translator.load(args.model, pick_device(args.device), cfg)
     for code in filter(None, (args.src_lang, args.tgt_lang)):
         translator.check_language(code)

@@ -11,6 +11,7 @@ from cll_scale.evaluate import main as eval_main
 from cll_scale.evaluate import pairs_from_shards
 from cll_scale.scoring import score_direction
 from cll_scale.langid import detect
+from cll_scale.cli import config_from_args
 from cll_scale.decoding import DecodeConfig
 from cll_scale.translate import TranslateConfig, Translator
 from tests.conftest import ROOT, run_cli
@@ -130,3 +131,34 @@ def test_zero_shot_anatomy_labels_start_and_end(multi30k):
     assert row["n"] == 20 and row["target → target"] >= 9 and row["target → other"] >= 4
     assert row["other → other"] >= 4 and sum(row[k] for k in row if "→" in k) == 20
     assert row["bleu_on_target"] > 95      # the clean German outputs are the references themselves
+
+
+def test_command_flags_come_from_the_config_dataclasses():
+    """cll-translate, cll-bt and cll-extend declare no default or help text of their own: each
+    flag is a config field's, so a default changed in the config is the flag's default too."""
+    import dataclasses
+
+    from cll_scale.backtranslate import BTConfig
+    from cll_scale.backtranslate import build_parser as bt_parser
+    from cll_scale.extend import ExtendConfig
+    from cll_scale.extend import build_parser as extend_parser
+    from cll_scale.translate import build_parser as translate_parser
+    for cls, parser in ((DecodeConfig, translate_parser()), (BTConfig, bt_parser()), (ExtendConfig, extend_parser())):
+        actions = {a.dest: a for a in parser._actions}
+        flagged = [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+        assert len(flagged) >= 5, cls
+        for f in flagged:
+            action = actions[f.name]
+            assert f.metadata["help"] in action.help, (cls.__name__, f.name)
+            if f.default is not dataclasses.MISSING:
+                assert action.default == f.default and f"(default: {f.default})" in action.help or f.default == ""
+            elif f.default_factory is not dataclasses.MISSING:
+                assert action.default == f.default_factory()
+            else:
+                assert action.required
+    args = bt_parser().parse_args(["--model", "m", "--data", "d", "--out", "o", "--bt-langs", "de, fr",
+                                   "--epochs", "2"])
+    cfg = config_from_args(BTConfig, args)
+    assert cfg.bt_langs == ["de", "fr"] and cfg.epochs == 2 and cfg.beam == BTConfig.__dataclass_fields__["beam"].default
+    with pytest.raises(SystemExit):
+        extend_parser().parse_args(["--model", "m"])          # the required fields are required flags
