@@ -162,3 +162,21 @@ def test_command_flags_come_from_the_config_dataclasses():
     assert cfg.bt_langs == ["de", "fr"] and cfg.epochs == 2 and cfg.beam == BTConfig.__dataclass_fields__["beam"].default
     with pytest.raises(SystemExit):
         extend_parser().parse_args(["--model", "m"])          # the required fields are required flags
+
+
+def test_lid_agreement_reads_hypotheses_files(multi30k, tmp_path):
+    """scripts/lid_agreement.py on hypotheses files in cll-eval's layout: real French where French
+    was asked for, real Czech where German was: both identifiers call half of it off-target and
+    agree on nearly every line."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from lid_agreement import agreement, report
+    fr = (multi30k / "test_2016_flickr.fr").read_text(encoding="utf-8").splitlines()[:30]
+    cs = (multi30k / "test_2016_flickr.cs").read_text(encoding="utf-8").splitlines()[:30]
+    hyps = tmp_path / "hyps" / "fcll" / "default"
+    hyps.mkdir(parents=True)
+    (hyps / "de-fr.txt").write_text("".join(x + "\n" for x in fr), encoding="utf-8")
+    (hyps / "fr-de.txt").write_text("".join(x + "\n" for x in cs), encoding="utf-8")
+    r = agreement(sorted(hyps.glob("*.txt")), ["en", "de", "fr", "cs"])
+    assert r["sentences"] == 60 and r["agree_restricted"] >= 90
+    assert 45 <= r["off_lingua"] <= 55 and 45 <= r["off_langdetect_restricted"] <= 55
+    assert "| fcll (default) | 60 |" in report(tmp_path / "hyps", ["en", "de", "fr", "cs"], 2)
