@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 MULTI30K ?= $(firstword $(wildcard ../shared/data/multi30k) data/raw/multi30k)
 
-.PHONY: env quickstart test test-fast demo bench-stream bench-model bench-train bench-decode gpu-check clean
+.PHONY: env quickstart test test-fast demo bench-stream bench-model bench-train bench-decode bench-opus gpu-check clean
 
 env:
 	@bash scripts/setup_env.sh dev,demo
@@ -31,6 +31,11 @@ bench-train: env
 
 bench-decode: env
 	$(PY) bench/bench_decode.py
+
+# OPUS-100's shape (synthetic text) at scales 0.01 and 0.05, extrapolated to 1.0, and a tiny FCLL
+# run on all 100 languages (2 CPU ranks); BENCH_OPUS_ARGS="--scales 0.01 0.05 0.2" for more
+bench-opus: env
+	$(PY) bench/bench_opus_shape.py $(BENCH_OPUS_ARGS)
 
 # Every GPU measurement in one call (on a CUDA machine; see the script's header)
 gpu-check:

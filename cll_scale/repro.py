@@ -28,6 +28,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -97,14 +98,15 @@ def export_ids(runs: dict[str, Path]) -> dict[str, str]:
             for name, d in runs.items()}
 
 
-def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> None:
+def train_command(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> list[str] | None:
+    """The cll-train command that trains (or resumes) one model; None when it is finished."""
     state = run_state(run_dir)
     last = state["last"]
     spent = TrainConfig(max_steps=budget["steps"], max_minutes=budget["minutes"]).budget_spent(
         last.get("step", 0), last.get("epoch", 0.0), last.get("elapsed_s", 0.0))
     if spent and state["exported_step"] == last.get("step"):
         print(f"[cll-repro] {run_dir.name}: finished ({state['last']['step']} steps), skipping", file=sys.stderr)
-        return
+        return None
     cmd = [sys.executable, "-m", "cll_scale.train", "--recipe", str(recipe), "--data", str(shards),
            "--run-dir", str(run_dir), "--max-minutes", str(budget["minutes"]), "--max-steps", str(budget["steps"])]
     for o in overrides:
@@ -112,7 +114,42 @@ def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: li
     if (run_dir / "checkpoints" / "latest").exists():
         cmd.append("--resume")
     print(f"[cll-repro] {' '.join(shlex.quote(c) for c in cmd)}", file=sys.stderr)
-    sh(cmd, f"training {run_dir.name}")
+    return cmd
+
+
+def train_all(commands: list[tuple[str, list[str]]], parallel: int) -> None:
+    """Run the training commands in order, ``parallel`` at a time (one GPU holds several small
+    models; each process picks its own free port). With more than one at a time each writes its
+    output to ``<run dir>/train.log``; the first failure stops the others and is raised."""
+    if parallel <= 1:
+        for name, cmd in commands:
+            sh(cmd, f"training {name}")
+        return
+    waiting, running = list(commands), []
+    try:
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                name, cmd = waiting.pop(0)
+                log_path = Path(cmd[cmd.index("--run-dir") + 1]) / "train.log"
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+                log = open(log_path, "a")
+                running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log,
+                                log_path))
+            time.sleep(1.0)
+            for item in list(running):
+                name, proc, log, log_path = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                log.close()
+                if proc.returncode:
+                    raise StepFailed(f"training {name} (its output: {log_path})", proc.returncode)
+    finally:
+        for _, proc, log, _ in running:
+            proc.terminate()         # SIGTERM: each checkpoints its current step and stops
+        for _, proc, log, _ in running:
+            proc.wait()
+            log.close()
 
 
 def validation_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
@@ -204,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sentences", type=non_negative_int, default=0,
                    help="evaluate only the first N per direction (0: all)")
     p.add_argument("--set", action="append", default=[], help="recipe override for every model")
+    p.add_argument("--parallel", type=positive_int, default=1,
+                   help="models trained at once (a GPU holds several small ones), in the training order")
     p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
     p.add_argument("--ablate-lsl", action="store_true",
                    help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
@@ -284,8 +323,9 @@ def reproduce(args, argv) -> int:
     shards = Path(args.shards_root) / f"multi30k-{args.condition}"
     build_shards(args.condition, args.multi30k, shards)
     if not args.eval_only:
-        for name, run_dir in runs.items():
-            train(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set)
+        commands = [(name, cmd) for name, run_dir in runs.items()
+                    if (cmd := train_command(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set))]
+        train_all(commands, args.parallel)
     reports = {}
     device = pick_device(None)
     translators = {name: Translator.load(chosen_export(run_dir), device,

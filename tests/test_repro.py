@@ -14,7 +14,7 @@ from tests.test_train import ENV
 @pytest.mark.slow
 def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
-            "--seeds", "1,2",
+            "--seeds", "1,2", "--parallel", "2",
             "--minutes-per-model", "0.05", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
             "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
             "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
@@ -31,6 +31,8 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     for seed in (1, 2):
         recorded = json.loads((tmp_path / "runs" / f"multi30k-triangle-fcll-seed{seed}" / "config.json").read_text())
         assert recorded["train"]["seed"] == recorded["data"]["seed"] == seed
+        # two at a time: each run's output went to its own log
+        assert "[cll-train]" in (tmp_path / "runs" / f"multi30k-triangle-baseline-seed{seed}" / "train.log").read_text()
     # the mean ± std row of each variant is computed from its seeds' rows
     evaluated = json.loads((tmp_path / "results" / "triangle" / "test_2016_flickr.json").read_text())["models"]
     sup = [evaluated[f"fcll seed{s}"]["averages"]["supervised"]["bleu"] for s in (1, 2)]
