@@ -7,7 +7,11 @@
 # PARTS: "train" (MFU, trainer ÷ plain step with and without torch.compile, engine settings,
 # FCLL ÷ Baseline at 16/99 languages; about 6 minutes), "decode" (beam search ÷ HF generate at
 # 16/64/256 sentences, small and base; cll-eval of 12 directions × 1,000 sentences with a small
-# model trained here for 300 steps; about 3 minutes) or "all" (the default). Each step has its own
+# model trained here for 300 steps; about 3 minutes), "study" (the triangle study of issue 20:
+# 4 variants × 3 seeds of `small`, 6 at a time, 3 minutes or 4,200 steps each, evaluated on
+# test_2016_flickr with the LSLs on and off; about 9 minutes, so it takes a call of its own; shards
+# from $TRIANGLE_SHARDS, default runs/study/shards/multi30k-triangle, else built) or "all" (train
+# and decode, the default). Each step has its own
 # time limit and never stops the others. lingua is not among the wheels (96 MB, above what a
 # call may carry): cll-eval runs with langdetect there; lingua's cost is CPU-side and measured
 # on the CPU.
@@ -73,6 +77,17 @@ if [ "$PARTS" = all ] || [ "$PARTS" = decode ]; then
   [ -f "$OUT_DIR/eval_small/results.json" ] && $PY -c "import json,sys; r=json.load(open(sys.argv[1])); \
 json.dump({k: v['timing'] for k, v in r['models'].items()}, open(sys.argv[2], 'w'))" \
     "$OUT_DIR/eval_small/results.json" "$OUT_DIR/eval_small_timing.json"
+fi
+
+if [ "$PARTS" = study ]; then
+  STUDY=/tmp/cll-gpu-study
+  step study 560 $PY -m cll_scale.repro --condition triangle --variants baseline,fcll,sd,sd_attn --seeds 1,2,3 \
+    --steps-per-model 4200 --minutes-per-model 3 --parallel 6 --splits test_2016_flickr --ablate-lsl \
+    --multi30k "${MULTI30K:-../shared/data/multi30k}" --shards-root "$(dirname "${TRIANGLE_SHARDS:-runs/study/shards/multi30k-triangle}")" \
+    --runs-root "$STUDY/runs" --out "$STUDY/results" --lid-workers 12
+  # every run's metrics and config, and the evaluation, for the report written on the CPU side
+  tar czf "$OUT_DIR/study_runs.tgz" -C "$STUDY" --exclude '*/checkpoints' --exclude '*/export*' \
+    --exclude '*/monitor' . 2>/dev/null
 fi
 
 $PY - "$OUT_DIR" <<'EOF'
