@@ -50,16 +50,20 @@ def hf(model, src, beam, out_len):
                               min_new_tokens=out_len, do_sample=False, early_stopping=True)
 
 
-def timed(fn, reps, device):
-    fn()
-    times = []
-    for _ in range(reps):
-        sync(device)
-        t = time.perf_counter()
+def timed(fns, reps, device):
+    """Median seconds of each of ``fns``, timed in turn within every repetition (after one warm-up
+    call each), so that a machine slowing down or speeding up mid-run affects all alike."""
+    for fn in fns:
         fn()
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, seconds in zip(fns, times):
+            sync(device)
+            t = time.perf_counter()
+            fn()
+            sync(device)
+            seconds.append(time.perf_counter() - t)
+    return [statistics.median(x) for x in times]
 
 
 def main(argv=None) -> int:
@@ -69,7 +73,7 @@ def main(argv=None) -> int:
     p.add_argument("--src-len", type=int, default=20)
     p.add_argument("--out-len", type=int, default=32)
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), default="auto", help="auto: bf16 on CUDA, else fp32")
@@ -87,8 +91,8 @@ def main(argv=None) -> int:
     for n in args.sizes:
         src = torch.randint(4, args.vocab, (n, args.src_len), generator=g).to(dev)
         langs = torch.ones(n, dtype=torch.long, device=dev)
-        t_ours = timed(lambda: ours(model, src, langs, args.beam, args.out_len), args.reps, dev)
-        t_hf = timed(lambda: hf(marian, src, args.beam, args.out_len), args.reps, dev)
+        t_ours, t_hf = timed([lambda: ours(model, src, langs, args.beam, args.out_len),
+                              lambda: hf(marian, src, args.beam, args.out_len)], args.reps, dev)
         results["sizes"].append({"sentences": n, "ours_sent_s": n / t_ours, "hf_sent_s": n / t_hf,
                                  "ours_over_hf": t_hf / t_ours})
         print(f"beam {args.beam}, {n:>3} sentences/batch: ours {n / t_ours:8.1f} sent/s, HF generate "
@@ -96,9 +100,9 @@ def main(argv=None) -> int:
     n = max(args.sizes)
     src = torch.randint(4, args.vocab, (n, args.src_len), generator=g).to(dev)
     langs = torch.ones(n, dtype=torch.long, device=dev)
-    t_cached = timed(lambda: ours(model, src, langs, args.beam, args.out_len, cache=True), args.reps, dev)
-    t_uncached = timed(lambda: ours(model, src, langs, args.beam, args.out_len, cache=False), max(1, args.reps - 2),
-                       dev)
+    t_cached, t_uncached = timed([lambda: ours(model, src, langs, args.beam, args.out_len, cache=True),
+                                  lambda: ours(model, src, langs, args.beam, args.out_len, cache=False)],
+                                 max(1, args.reps - 2), dev)
     results["cached_over_uncached"] = t_uncached / t_cached
     print(f"cached ÷ uncached speed, {args.out_len} output tokens, {n} sentences/batch: {t_uncached / t_cached:.2f}")
     if args.json:

@@ -93,9 +93,13 @@ def beam_search(stepper: Stepper, batch_size: int, max_lens: torch.Tensor, bos: 
         if t < cfg.min_len:
             lp[:, :, eos] = float("-inf")
         at_limit = (t + 1 >= max_lens[active])[:, None]         # (b, 1): must end now
-        eos_lp = lp[:, :, eos]
-        lp = lp.masked_fill(at_limit[:, :, None], float("-inf"))
-        lp[:, :, eos] = torch.where(at_limit, eos_lp.clamp(min=-1e4), eos_lp)
+        # On the CPU a look costs nothing and most steps are below every limit: skip a pass over
+        # the (rows × vocabulary) scores then (and the writes of finished hypotheses below).
+        look = sync_every == 1
+        if not look or at_limit.any():
+            eos_lp = lp[:, :, eos].clone()
+            lp.masked_fill_(at_limit[:, :, None], float("-inf"))
+            lp[:, :, eos] = torch.where(at_limit, eos_lp.clamp(min=-1e4), eos_lp)
         cand = (scores[:, :, None] + lp).view(b, k * v)
         top_scores, top_idx = cand.topk(min(2 * k, k * v), dim=1)      # (b, 2k)
         beam_idx, tok = top_idx // v, top_idx % v
@@ -105,8 +109,7 @@ def beam_search(stepper: Stepper, batch_size: int, max_lens: torch.Tensor, bos: 
         new_fin = is_eos & (ranks[:tok.shape[1]] < k) & torch.isfinite(top_scores)
         slot = fin_count[active][:, None] + new_fin.long().cumsum(1) - 1
         slot = torch.where(new_fin & (slot < k), slot, k)
-        # On the CPU a look costs nothing and most steps finish nothing: skip the writes then.
-        if sync_every > 1 or new_fin.any():
+        if not look or new_fin.any():
             sent = active[:, None].expand_as(slot)
             if t:
                 hist = tokens.view(b, k, -1)[:, :, 1:]                 # (b, k, t) without bos
