@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from cll_scale import engine as ds
 from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args
 from cll_scale.decoding import DecodeConfig
-from cll_scale.finetune import before_after, command, fine_tuning_recipe, open_output
+from cll_scale.finetune import FineTuneSettings, before_after, command, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, write_atomic
@@ -43,7 +43,7 @@ BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
 
 
 @dataclass
-class BTConfig:
+class BTConfig(FineTuneSettings):
     # The help texts are cll-bt's flags (cll_scale.cli.add_config_arguments).
     model: str = field(metadata={"help": "export to start from"})
     data: str = field(metadata={"help": "the shard directory the model was trained on (real pairs, valid and "
@@ -59,14 +59,7 @@ class BTConfig:
     chunk_rows: int = 2048              # unit of resumable generation work
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate of each epoch's fine-tuning"})
     warmup_steps: int = field(default=500, metadata={"help": "learning-rate warm-up steps"})
-    max_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch"})
-    ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
     seed: int = field(default=1, metadata={"help": "seed of sampling, generation order and training"})
-    eval_splits: list[str] = field(default_factory=list, metadata={
-        "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
-    eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
-                                                                 "(0: all)"})
-    eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
 
     def __post_init__(self):
         for name in ("epochs", "beam", "chunk_rows", "max_tokens", "eval_beam"):

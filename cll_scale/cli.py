@@ -134,7 +134,8 @@ def add_config_arguments(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] 
     each default and help text is written once, in the config. A field without a default is a
     required flag; a list field reads comma-separated values; other metadata keys (``type``,
     ``choices``, ``metavar``) go to ``add_argument``."""
-    for f in dataclasses.fields(cls):
+    own = cls.__dict__.get("__annotations__", {})      # the class's own fields first, inherited ones after
+    for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own):
         if "help" not in f.metadata or f.name in skip:
             continue
         kw = {k: v for k, v in f.metadata.items() if k != "help"}

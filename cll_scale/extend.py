@@ -39,7 +39,7 @@ from cll_scale.checkpointer import chosen_export
 from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import load_export, write_export
-from cll_scale.finetune import before_after, command, fine_tuning_recipe, open_output
+from cll_scale.finetune import FineTuneSettings, before_after, command, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
@@ -47,7 +47,7 @@ from cll_scale.outputs import atomic_dir, write_atomic
 from cll_scale.train import Trainer, set_threads
 
 @dataclass
-class ExtendConfig:
+class ExtendConfig(FineTuneSettings):
     # The help texts are cll-extend's flags (cll_scale.cli.add_config_arguments).
     model: str = field(metadata={"help": "export of the pre-trained model"})
     data: str = field(metadata={"help": "the shard directory it was trained on (old data, mixed into fine-tuning)"})
@@ -66,14 +66,7 @@ class ExtendConfig:
     max_steps: int = field(default=2000, metadata={"help": "fine-tuning steps"})
     lr: float = field(default=0.0, metadata={"help": "constant peak learning rate (0: continue pre-training's "
                                                      "schedule where it ended)"})
-    max_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch"})
-    ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
     seed: int = field(default=1, metadata={"help": "seed of the vocabulary, the new rows' noise and training"})
-    eval_splits: list[str] = field(default_factory=list, metadata={
-        "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
-    eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
-                                                                 "(0: all)"})
-    eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
 
     def __post_init__(self):
         for name in ("max_pairs", "vocab_size", "max_steps", "max_tokens", "eval_beam"):

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cll_scale import engine as ds
 from cll_scale.cli import print_tables
 from cll_scale.cli import run as cli_run
-from cll_scale.decoding import DecodeConfig
 from cll_scale.config import TrainConfig
+from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, pairs_from_shards, write_report
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, write_atomic
@@ -98,6 +99,20 @@ def command(prog: str, argv: list[str] | None, args, make_config, run) -> int:
             print_tables(prog, argv, tables)
         return 0
     return cli_run(prog, body, args.debug)
+
+
+@dataclass(kw_only=True)
+class FineTuneSettings:
+    """What cll-bt's and cll-extend's configs share: the training microbatch, the engine, and the
+    before/after evaluation. The help texts are their flags (cll_scale.cli.add_config_arguments)."""
+
+    max_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch"})
+    ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
+    eval_splits: list[str] = field(default_factory=list, metadata={
+        "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
+    eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
+                                                                 "(0: all)"})
+    eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
 
 
 def fine_tuning_recipe(data: str | Path, run_dir: str | Path, max_tokens: int, seed: int, ds_config: str,

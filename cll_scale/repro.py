@@ -117,6 +117,13 @@ def train_command(recipe: Path, run_dir: Path, shards: Path, budget: dict, overr
     return cmd
 
 
+def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> None:
+    """Train (or resume, or skip when finished) one model, in this process's turn."""
+    cmd = train_command(recipe, run_dir, shards, budget, overrides)
+    if cmd:
+        sh(cmd, f"training {run_dir.name}")
+
+
 def train_all(commands: list[tuple[str, list[str]]], parallel: int) -> None:
     """Run the training commands in order, ``parallel`` at a time (one GPU holds several small
     models; each process picks its own free port). With more than one at a time each writes its

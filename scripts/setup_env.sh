@@ -2,7 +2,7 @@
 # Create (or reuse) the project's virtual env and install what it needs.
 #   scripts/setup_env.sh [EXTRAS]      e.g. scripts/setup_env.sh dev,demo
 # On a machine without a CUDA GPU the CPU build of torch is installed first: a bare
-# `pip install deepspeed` would otherwise resolve a multi-GB CUDA torch (ECOSYSTEM.md).
+# `pip install deepspeed` would otherwise resolve a multi-GB CUDA torch plus nvidia-* wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}

@@ -199,6 +199,7 @@ def test_each_language_keeps_its_lsls_in_one_parameter_and_old_exports_still_loa
 def test_paper_preset_follows_the_authors_fairseq_model():
     """`paper`: 5+5 post-norm layers, LSL 512 -> 1024 -> 512, and fairseq's init — Xavier-uniform
     weights inside their bounds (q and each half of the fused k/v at gain 1/√2), zero biases."""
+    torch.manual_seed(0)
     cfg = ModelConfig(**PRESETS["paper"], vocab_size=300, languages=["en", "de", "fr"], central_language="en")
     model = CLLTransformer(cfg)
     assert len(model.encoder) == len(model.decoder) == 5 and not cfg.pre_norm
@@ -210,7 +211,7 @@ def test_paper_preset_follows_the_authors_fairseq_model():
     for w, gain in [(attn.q.weight, 2 ** -0.5), (attn.kv.weight[:512], 2 ** -0.5), (attn.kv.weight[512:], 2 ** -0.5),
                     (attn.out.weight, 1.0), (ffn.fc1.weight, 1.0)]:
         # inside the bound, and filling it (a torch default init of fc1 stays below 0.03 here)
-        assert 0.9 * bound(w, gain) < w.abs().max().item() <= bound(w, gain)
+        assert 0.9 * bound(w, gain) < w.abs().max().item() <= bound(w, gain) * (1 + 1e-6)   # float32 rounding
     assert all(b.abs().max() == 0 for b in (attn.q.bias, attn.kv.bias, ffn.fc1.bias, ffn.fc2.bias))
     torch_init = CLLTransformer(ModelConfig(**{**PRESETS["paper"], "init": "torch"}, vocab_size=300,
                                             languages=["en", "de"], central_language="en"))
