@@ -59,7 +59,6 @@ class BTConfig(FineTuneSettings):
     chunk_rows: int = 2048              # unit of resumable generation work
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate of each epoch's fine-tuning"})
     warmup_steps: int = field(default=500, metadata={"help": "learning-rate warm-up steps"})
-    seed: int = field(default=1, metadata={"help": "seed of sampling, generation order and training"})
 
     def __post_init__(self):
         for name in ("epochs", "beam", "chunk_rows", "max_tokens", "eval_beam"):
@@ -196,9 +195,8 @@ def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
 
 def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
     run = Path(cfg.out) / "run"
-    recipe = fine_tuning_recipe(epoch_data, run, cfg.max_tokens, cfg.seed, cfg.ds_config, init_from=cfg.model,
-                                new_data=True, max_epochs=1.0, lr=cfg.lr, warmup_steps=cfg.warmup_steps,
-                                best_metric="")
+    recipe = fine_tuning_recipe(cfg, epoch_data, run, init_from=cfg.model, new_data=True, max_epochs=1.0,
+                                lr=cfg.lr, warmup_steps=cfg.warmup_steps, best_metric="")
     Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
 
 

@@ -84,6 +84,9 @@ def beam_search(stepper: Stepper, batch_size: int, max_lens: torch.Tensor, bos: 
     fin_logp = torch.full((batch_size, k + 1), float("-inf"), device=device)
     fin_count = torch.zeros(batch_size, dtype=torch.long, device=device)
     ranks = torch.arange(2 * k, device=device)
+    # On the CPU a look costs nothing and most steps are below every limit and finish nothing: skip
+    # a pass over the (rows × vocabulary) scores then, and the writes of finished hypotheses.
+    look = sync_every == 1
     t = 0
     while t < limit:
         b = active.numel()
@@ -93,9 +96,6 @@ def beam_search(stepper: Stepper, batch_size: int, max_lens: torch.Tensor, bos: 
         if t < cfg.min_len:
             lp[:, :, eos] = float("-inf")
         at_limit = (t + 1 >= max_lens[active])[:, None]         # (b, 1): must end now
-        # On the CPU a look costs nothing and most steps are below every limit: skip a pass over
-        # the (rows × vocabulary) scores then (and the writes of finished hypotheses below).
-        look = sync_every == 1
         if not look or at_limit.any():
             eos_lp = lp[:, :, eos].clone()
             lp.masked_fill_(at_limit[:, :, None], float("-inf"))
@@ -107,9 +107,9 @@ def beam_search(stepper: Stepper, batch_size: int, max_lens: torch.Tensor, bos: 
         # Finished: eos among a sentence's best k candidates. The n-th of this step goes to slot
         # fin_count + n, those past k to the scratch slot.
         new_fin = is_eos & (ranks[:tok.shape[1]] < k) & torch.isfinite(top_scores)
-        slot = fin_count[active][:, None] + new_fin.long().cumsum(1) - 1
-        slot = torch.where(new_fin & (slot < k), slot, k)
         if not look or new_fin.any():
+            slot = fin_count[active][:, None] + new_fin.long().cumsum(1) - 1
+            slot = torch.where(new_fin & (slot < k), slot, k)
             sent = active[:, None].expand_as(slot)
             if t:
                 hist = tokens.view(b, k, -1)[:, :, 1:]                 # (b, k, t) without bos

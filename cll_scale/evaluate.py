@@ -27,7 +27,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -96,14 +98,22 @@ def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, 
 
 # -- evaluation ----------------------------------------------------------------------------------
 
-def lid_pool(workers: int | None = None) -> Executor | None:
-    """The process pool that scores while the next direction decodes (None: score inline).
-    Workers are started fresh ("spawn"), not forked: a fork copies the parent's thread pools
-    (torch's, lingua's) without their threads, and a child that touches one hangs."""
+@contextmanager
+def lid_pool(workers: int | None = None) -> Iterator[Executor | None]:
+    """The process pool that scores while the next direction decodes (None: score inline), one
+    per command: a spawned worker imports the command's main module (torch with it), so it is
+    started once, on the first job, and serves every model and test set. Workers are started fresh
+    ("spawn"), not forked: a fork copies the parent's thread pools (torch's, lingua's) without their
+    threads, and a child that touches one hangs."""
     workers = max(1, min(16, (os.cpu_count() or 2) - 1)) if workers is None else workers
     if workers <= 0:
-        return None
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        yield None
+        return
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield pool
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def _safe(name: str) -> str:
@@ -236,30 +246,26 @@ def select_directions(pairs: dict, directions: list[str] | None, where: str) -> 
 
 def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str], list[str]]], test_set: str,
             beam: int, directions: list[str] | None = None, max_sentences: int = 0, ablate_lsl: bool = False,
-            log=print, lid: tuple[str, ...] = ("langdetect",), lid_workers: int | None = None,
+            log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
             hyps_out: str | Path | None = None) -> dict:
     """Evaluate several models on the same pairs: the report behind every table of the project.
     When the models were not all scored on the same directions, each model's ``common_averages``
     averages only the directions every model was scored on (``common_directions``), so that the
-    summary compares like with like. ``hyps_out`` gets ``<model>/<setting>/<direction>.txt``."""
+    summary compares like with like. Scoring goes to ``pool`` (:func:`lid_pool`; inline without
+    one); ``hyps_out`` gets ``<model>/<setting>/<direction>.txt``."""
     directions = select_directions(pairs, directions, test_set)
     report = {"test_set": test_set, "beam": beam, "lid": list(lid), "models": {}}
     central = {}                     # report entry -> the central language of its model
-    pool = lid_pool(lid_workers)
-    try:
-        for name, tr in translators.items():
-            settings = [(name, True, "default")]
-            if ablate_lsl and tr.model.cfg.cll_layers:
-                settings.append((f"{name} (LSL off)", False, "lsl-off"))
-            for entry, use_lsl, setting in settings:
-                log(f"{entry}:")
-                hyps_dir = Path(hyps_out) / _safe(name) / setting if hyps_out else None
-                report["models"][entry] = evaluate_model(tr, pairs, directions, use_lsl, max_sentences, log=log,
-                                                         lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry)
-                central[entry] = tr.manifest.central_language
-    finally:
-        if pool:
-            pool.shutdown(cancel_futures=True)
+    for name, tr in translators.items():
+        settings = [(name, True, "default")]
+        if ablate_lsl and tr.model.cfg.cll_layers:
+            settings.append((f"{name} (LSL off)", False, "lsl-off"))
+        for entry, use_lsl, setting in settings:
+            log(f"{entry}:")
+            hyps_dir = Path(hyps_out) / _safe(name) / setting if hyps_out else None
+            report["models"][entry] = evaluate_model(tr, pairs, directions, use_lsl, max_sentences, log=log,
+                                                     lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry)
+            central[entry] = tr.manifest.central_language
     scored = [{d["direction"] for d in r["directions"]} for r in report["models"].values()]
     if not any(scored):
         raise ValueError(f"{test_set}: no model could be scored on any direction "
@@ -319,9 +325,10 @@ def evaluate_cli(args) -> int:
     languages = sorted({x for t in translators.values() for x in t.languages})
     pairs = pairs_from_shards(args.data, args.split) if args.data else pairs_from_corpus(args.corpus, args.split, languages)
     directions = [d.strip() for d in args.directions.split(",")] if args.directions is not None else None
-    report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
-                     args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr), lid=args.lid,
-                     lid_workers=args.lid_workers, hyps_out=Path(args.out) / "hyps")
+    with lid_pool(args.lid_workers) as pool:
+        report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
+                         args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr), lid=args.lid,
+                         pool=pool, hyps_out=Path(args.out) / "hyps")
     print(write_report(report, args.out))
     print(f"BLEU signature: {report['bleu_signature']}")
     return 0

@@ -66,7 +66,6 @@ class ExtendConfig(FineTuneSettings):
     max_steps: int = field(default=2000, metadata={"help": "fine-tuning steps"})
     lr: float = field(default=0.0, metadata={"help": "constant peak learning rate (0: continue pre-training's "
                                                      "schedule where it ended)"})
-    seed: int = field(default=1, metadata={"help": "seed of the vocabulary, the new rows' noise and training"})
 
     def __post_init__(self):
         for name in ("max_pairs", "vocab_size", "max_steps", "max_tokens", "eval_beam"):
@@ -244,9 +243,9 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
     frozen = old_cll_patterns(ModelConfig.from_json(json.loads((init / "model_config.json").read_text())),
                               cfg.lang) + cfg.freeze
     run = Path(cfg.out) / "run"
-    recipe = fine_tuning_recipe(data, run, cfg.max_tokens, cfg.seed, cfg.ds_config, init_from=str(init),
-                                freeze=frozen, lr=sched["lr"], warmup_steps=sched["warmup_steps"],
-                                schedule_offset=sched["step"], max_steps=cfg.max_steps)
+    recipe = fine_tuning_recipe(cfg, data, run, init_from=str(init), freeze=frozen, lr=sched["lr"],
+                                warmup_steps=sched["warmup_steps"], schedule_offset=sched["step"],
+                                max_steps=cfg.max_steps)
     Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
     return chosen_export(run)
 

@@ -15,7 +15,7 @@ from cll_scale.cli import print_tables
 from cll_scale.cli import run as cli_run
 from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import compare, pairs_from_shards, write_report
+from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_report
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, write_atomic
 from cll_scale.train import Interrupted
@@ -79,10 +79,11 @@ def before_after(models: dict[str, str | Path], data: str | Path, splits: list[s
     tc = TranslateConfig(DecodeConfig(beam=beam))
     translators = {name: Translator.load(path, device, tc) for name, path in models.items()}
     tables = {}
-    for split in splits:
-        report = compare(translators, pairs_from_shards(data, split), f"{test_name}:{split}", beam,
-                         max_sentences=max_sentences, log=lambda s: print(s, file=sys.stderr))
-        tables[split] = write_report(report, out / "eval" / split)
+    with lid_pool() as pool:
+        for split in splits:
+            report = compare(translators, pairs_from_shards(data, split), f"{test_name}:{split}", beam,
+                             max_sentences=max_sentences, log=lambda s: print(s, file=sys.stderr), pool=pool)
+            tables[split] = write_report(report, out / "eval" / split)
     return tables
 
 
@@ -113,14 +114,15 @@ class FineTuneSettings:
     eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
                                                                  "(0: all)"})
     eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
+    seed: int = field(default=1, metadata={"help": "seed of everything the command draws (sampling, noise, "
+                                                   "data order, training)"})
 
 
-def fine_tuning_recipe(data: str | Path, run_dir: str | Path, max_tokens: int, seed: int, ds_config: str,
-                       **train) -> dict:
-    """The cll-train recipe of a fine-tuning run (back-translation epochs, extension): the
-    fine-tuning settings both share, written once and checked as a TrainConfig before any
-    work, plus ``train`` (start, schedule, budget)."""
-    settings = {"data": str(data), "run_dir": str(run_dir), "ds_config": ds_config, "seed": seed,
+def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, **train) -> dict:
+    """The cll-train recipe of a fine-tuning run (back-translation epochs, extension): ``cfg``'s
+    shared settings and the checkpoint/log cadence both use, written once and checked as a
+    TrainConfig before any work, plus ``train`` (start, schedule, budget)."""
+    settings = {"data": str(data), "run_dir": str(run_dir), "ds_config": cfg.ds_config, "seed": cfg.seed,
                 "valid_every": 500, "ckpt_every": 250, "keep_last": 2, "log_every": 25, **train}
     TrainConfig(**settings)          # an unknown or invalid setting fails here, by name
-    return {"data": {"max_tokens": max_tokens, "seed": seed}, "train": settings}
+    return {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed}, "train": settings}

@@ -38,7 +38,7 @@ from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_
                            pick_device, positive_int, run)
 from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import compare, markdown, pairs_from_shards
+from cll_scale.evaluate import compare, lid_pool, markdown, pairs_from_shards
 from cll_scale.outputs import write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -124,21 +124,21 @@ def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: li
         sh(cmd, f"training {run_dir.name}")
 
 
-def train_all(commands: list[tuple[str, list[str]]], parallel: int) -> None:
+def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int) -> None:
     """Run the training commands in order, ``parallel`` at a time (one GPU holds several small
     models; each process picks its own free port). With more than one at a time each writes its
     output to ``<run dir>/train.log``; the first failure stops the others and is raised."""
     if parallel <= 1:
-        for name, cmd in commands:
+        for name, _, cmd in commands:
             sh(cmd, f"training {name}")
         return
     waiting, running = list(commands), []
     try:
         while waiting or running:
             while waiting and len(running) < parallel:
-                name, cmd = waiting.pop(0)
-                log_path = Path(cmd[cmd.index("--run-dir") + 1]) / "train.log"
-                log_path.parent.mkdir(parents=True, exist_ok=True)
+                name, run_dir, cmd = waiting.pop(0)
+                log_path = run_dir / "train.log"
+                run_dir.mkdir(parents=True, exist_ok=True)
                 log = open(log_path, "a")
                 running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log,
                                 log_path))
@@ -258,10 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def recipe_prefix(condition: str, settings: str) -> str:
+    """Recipes are ``multi30k_<condition>_<variant>.yaml``, ``..._paper_<variant>.yaml`` for the
+    paper settings."""
+    return f"multi30k_{condition}_" + ("paper_" if settings == "paper" else "")
+
+
 def recipe_files(recipes: Path, condition: str, settings: str) -> dict[str, Path]:
-    """Variant name -> recipe, for a condition and settings (``small``: ``multi30k_<c>_<v>.yaml``,
-    ``paper``: ``multi30k_<c>_paper_<v>.yaml``)."""
-    prefix = f"multi30k_{condition}_" + ("paper_" if settings == "paper" else "")
+    """Variant name -> recipe, for a condition and settings."""
+    prefix = recipe_prefix(condition, settings)
     found = {p.stem[len(prefix):]: p for p in sorted(recipes.glob(f"{prefix}*.yaml"))}
     return {v: p for v, p in found.items() if settings == "paper" or not v.startswith("paper_")}
 
@@ -273,7 +278,7 @@ def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[st
     recipes = recipe_files(Path(args.recipes), args.condition, args.settings)
     missing = [v for v in variants if v not in recipes]
     if missing or not variants:            # before any shard is built
-        prefix = f"multi30k_{args.condition}_" + ("paper_" if args.settings == "paper" else "")
+        prefix = recipe_prefix(args.condition, args.settings)
         raise ValueError(f"--variants {args.variants}: no recipe "
                          f"{', '.join(str(Path(args.recipes) / f'{prefix}{v}.yaml') for v in missing) or '(empty list)'}"
                          f"; variants with a {args.settings} recipe: {', '.join(recipes) or 'none'}")
@@ -330,7 +335,7 @@ def reproduce(args, argv) -> int:
     shards = Path(args.shards_root) / f"multi30k-{args.condition}"
     build_shards(args.condition, args.multi30k, shards)
     if not args.eval_only:
-        commands = [(name, cmd) for name, run_dir in runs.items()
+        commands = [(name, run_dir, cmd) for name, run_dir in runs.items()
                     if (cmd := train_command(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set))]
         train_all(commands, args.parallel)
     reports = {}
@@ -344,20 +349,21 @@ def reproduce(args, argv) -> int:
                 "ablate_lsl": args.ablate_lsl, "lid": list(args.lid)}
     report_name = args.condition + ("-paper" if args.settings == "paper" else "")
     figs = Path(args.out) / report_name
-    for split in args.splits.split(","):
-        cached = figs / f"{split}.json"
-        previous = json.loads(cached.read_text()) if cached.exists() else {}
-        if previous.get("settings") == settings:
-            print(f"[cll-repro] {split}: evaluated before with these exports, reusing {cached}", file=sys.stderr)
-            reports[split] = previous
-            continue
-        print(f"[cll-repro] evaluating on {split}", file=sys.stderr)
-        reports[split] = compare(translators, pairs_from_shards(shards, split), f"Multi30k {split}", args.beam,
-                                 max_sentences=args.max_sentences, ablate_lsl=args.ablate_lsl,
-                                 log=lambda s: print(s, file=sys.stderr), lid=args.lid,
-                                 lid_workers=args.lid_workers, hyps_out=figs / "hyps" / split)
-        reports[split]["settings"] = settings
-        write_atomic(cached, json.dumps(reports[split], indent=1, ensure_ascii=False))
+    with lid_pool(args.lid_workers) as pool:         # its workers start with the first test set scored
+        for split in args.splits.split(","):
+            cached = figs / f"{split}.json"
+            previous = json.loads(cached.read_text()) if cached.exists() else {}
+            if previous.get("settings") == settings:
+                print(f"[cll-repro] {split}: evaluated before with these exports, reusing {cached}", file=sys.stderr)
+                reports[split] = previous
+                continue
+            print(f"[cll-repro] evaluating on {split}", file=sys.stderr)
+            reports[split] = compare(translators, pairs_from_shards(shards, split), f"Multi30k {split}", args.beam,
+                                     max_sentences=args.max_sentences, ablate_lsl=args.ablate_lsl,
+                                     log=lambda s: print(s, file=sys.stderr), lid=args.lid, pool=pool,
+                                     hyps_out=figs / "hyps" / split)
+            reports[split]["settings"] = settings
+            write_atomic(cached, json.dumps(reports[split], indent=1, ensure_ascii=False))
     path = write_report(report_name, runs, reports, budget, command, Path(args.out),
                         groups if args.seeds else None)
     print(path.read_text())

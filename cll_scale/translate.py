@@ -76,11 +76,7 @@ class ModelStepper:
         else:                                        # any other order: encoder state per row
             self._narrow(self.row_sent)
             self.row_sent = torch.arange(len(index), device=index.device)
-        if self.prefix is not None:
-            self.prefix = self.prefix.index_select(0, index)
-        for layer in self.cache or []:
-            for key in list(layer["self"]):
-                layer["self"][key] = layer["self"][key].index_select(0, index)
+        self.reorder_beams(index)
         self._set_rows()
 
     def _narrow(self, sents: torch.Tensor) -> None:
@@ -142,9 +138,9 @@ class Translator:
         bf16 on a GPU halves the memory traffic of fp32 for the same outputs up to rounding (the
         log-softmax over the vocabulary is still taken in fp32, :class:`ModelStepper`)."""
         device = torch.device(device)
-        cfg = (cfg or TranslateConfig(DecodeConfig())).resolved(device)
+        dtype = (cfg or TranslateConfig(DecodeConfig())).resolved(device).dtype
         model, manifest = load_export(export_dir, device)
-        model = model.to({"bf16": torch.bfloat16, "fp32": torch.float32}[cfg.dtype])
+        model = model.to({"bf16": torch.bfloat16, "fp32": torch.float32}[dtype])
         return cls(model, manifest, Path(export_dir) / "spm.model", cfg)
 
     @property
