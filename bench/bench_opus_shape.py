@@ -19,8 +19,8 @@ How each figure is taken:
     direction, stream.py) against the directions of 2,000 consecutive batches.
 Extrapolation to 1.0 uses the formula printed beside each figure: linear in the rows a stage
 reads (dev/test/zero-shot sets keep their real size at every scale, so they are a constant part),
-constant for memory, and the stream's own pool model (one pool of at most ``pool_blocks`` blocks
-per direction) beside it.
+constant for memory, and the stream's own pool model (one pool of ``k`` blocks per direction, ``k``
+set by ``pool_blocks`` and the ``pool_rows`` budget as ``stream.pool_size`` sets it) beside it.
 """
 from __future__ import annotations
 
@@ -158,7 +158,8 @@ pools = list(s._pools.values())
 print(json.dumps({"seconds": dt, "batches": batches, "rows_per_s": rows / dt, "tgt_tokens_per_s": tgt / dt,
                   "epochs": s.epoch, "directions": len(s.directions), "pools_loaded": len(pools),
                   "pool_rows_held": sum(len(p.src_len) for _, p in pools),
-                  "state_bytes": len(json.dumps(s.state_dict())), "pool_blocks": s.cfg.pool_blocks,
+                  "state_bytes": len(json.dumps(s.state_dict())), "pool_blocks": s.pool_blocks,
+                  "pool_blocks_max": s.cfg.pool_blocks, "pool_rows_budget": s.cfg.pool_rows,
                   "rss_imports_mb": imports, "rss_peak_mb": peak_mb()}))
 """
 
@@ -278,10 +279,13 @@ def full_scale_shape(block_rows: int, shard_rows: int) -> dict:
             "train_files": sum(2 * -(-n // per_file) for n in train), "train_rows_by_direction": train}
 
 
-def pool_rows(rows_by_pair: list[int], pool: int) -> int:
-    """Rows a stream that has visited every direction holds: one pool per direction, each at most
-    ``pool`` rows (both directions of a pair)."""
-    return sum(2 * min(n, pool) for n in rows_by_pair)
+def pool_rows(rows_by_pair: list[int], block: int, stream: dict) -> int:
+    """Rows a one-rank stream that has visited every direction holds: one pool per direction
+    (both directions of a pair), of the ``k`` blocks the stream's rule picks for these counts."""
+    from cll_scale.stream import pool_size
+    blocks = [[block] * (n // block) + ([n % block] if n % block else []) for n in rows_by_pair]
+    k = pool_size(blocks + blocks, stream["pool_blocks_max"], stream["pool_rows_budget"])
+    return sum(2 * min(n, k * block) for n in rows_by_pair)
 
 
 def extrapolate(r: dict) -> dict:
@@ -296,9 +300,9 @@ def extrapolate(r: dict) -> dict:
     bytes1 = tr["bytes"] * k_train + ev["bytes"]
     st = r["startup"]
     none1 = st["none"]["start_s"] * k_train
-    pool = r["stream"]["pool_blocks"] * b["block_rows"]
     scale_rows = [max(1, int(math.floor(n * r["scale"] + 0.5))) for n in full["train_rows_by_direction"]]
-    pr_s, pr_1 = pool_rows(scale_rows, pool), pool_rows(full["train_rows_by_direction"], pool)
+    pr_s = pool_rows(scale_rows, b["block_rows"], r["stream"])
+    pr_1 = pool_rows(full["train_rows_by_direction"], b["block_rows"], r["stream"])
     s = r["stream"]
     files_s, files_1 = tr["files"] + ev["files"], full["train_files"] + ev["files"]
     return {
@@ -489,7 +493,6 @@ def scale_table(results: list[dict]) -> str:
         row = [label, *(fmt(figures(r)[key]) for r in results), fmt(ext[key][0]), ext[key][1]]
         if growth:
             row.append(fmt(affine(results, key)) if key in AFFINE else "-")
-            # measured ratio between the scales against the ratio the formula predicts for them
             # measured ratio between the scales, and the ratio the formula predicts for them
             # (the ratio of its multipliers to 1.0); measured above predicted grows faster than the formula
             fa, fz = figures(a)[key], figures(z)[key]

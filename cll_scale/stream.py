@@ -11,9 +11,11 @@ memory, and its state of a few integers resumes exactly, which a shuffle buffer 
   same target language — at the same step: the LSL of paper Eq. (3) is one plain matmul and
   every rank touches the same parameters.
 * **Shuffling with bounded memory.** Per direction and epoch the blocks are permuted; a *pool*
-  of ``pool_blocks`` consecutive blocks is loaded, its rows shuffled, sorted by length
-  (bucketing keeps padding low), cut into token-budget batches, and the batches shuffled.
-  Memory holds one pool per direction, whatever the corpus size.
+  of ``k`` consecutive blocks is loaded, its rows shuffled, sorted by length (bucketing keeps
+  padding low), cut into token-budget batches, and the batches shuffled. Memory holds one pool
+  per direction. ``k`` is ``pool_blocks``, or fewer where the pools of all directions together
+  would hold more than ``pool_rows`` rows (OPUS-100's 198 directions: one block each), so the
+  memory is set by ``pool_rows``, neither by the corpus size nor by the number of directions.
 * **Exact resume.** The state is a few integers per direction (epoch, pool, batch in pool)
   plus the step counter; everything else is recomputed from the seed.
 
@@ -43,15 +45,16 @@ class StreamConfig:
     max_tokens: int = 4096          # per microbatch: sentences × padded max(src, tgt) length
     max_sentences: int = 0          # 0: no cap
     temperature: float = 5.0        # direction sampling temperature
-    pool_blocks: int = 8            # blocks shuffled and bucketed together
+    pool_blocks: int = 8            # blocks shuffled and bucketed together, at most
+    pool_rows: int = 262_144        # rows pooled over all directions at most, per rank (~310 B a row)
     seed: int = 1
     add_lang_tag: bool = True       # paper §5.2 trains without tags as an ablation
     directions: list[str] | None = None   # a subset of the split's directions
     verify: str = "full"            # shards checked at start: "full" (sha256), "size" or "none"
 
     def __post_init__(self):
-        if self.max_tokens < 1 or self.max_sentences < 0 or self.pool_blocks < 1:
-            raise ValueError("max_tokens and pool_blocks must be >= 1, max_sentences >= 0")
+        if min(self.max_tokens, self.pool_blocks, self.pool_rows) < 1 or self.max_sentences < 0:
+            raise ValueError("max_tokens, pool_blocks and pool_rows must be >= 1, max_sentences >= 0")
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0")
         if self.verify not in ("size", "full", "none"):
@@ -130,7 +133,7 @@ class ShardStream:
     """Endless iterator of training :class:`Batch` es for one rank. See the module docstring."""
 
     def __init__(self, shard_dir: str | Path, cfg: StreamConfig | None = None, rank: int = 0,
-                 world_size: int = 1):
+                 world_size: int = 1, verify_part: tuple[int, int] = (0, 1)):
         self.dir = Path(shard_dir)
         self.cfg = cfg or StreamConfig()
         if not 0 <= rank < world_size:
@@ -138,7 +141,7 @@ class ShardStream:
         self.rank, self.world = rank, world_size
         self.manifest = m = Manifest.load(self.dir)
         if self.cfg.verify != "none":
-            m.verify(self.dir, full=self.cfg.verify == "full", splits=[self.cfg.split])
+            m.verify(self.dir, full=self.cfg.verify == "full", splits=[self.cfg.split], part=verify_part)
         if self.cfg.split not in m.splits:
             raise ManifestError(f"{self.dir}: no split {self.cfg.split!r} (has {', '.join(m.splits)})")
         split = m.splits[self.cfg.split]
@@ -179,6 +182,8 @@ class ShardStream:
             if n == 0:
                 raise ManifestError(f"direction {d}: rank {rank} of {world_size} owns no rows "
                                     f"(blocks smaller than the world size)")
+        self.pool_blocks = pool_size([[hi - lo for lo, hi in (self._slice(n) for _, _, n in b)] for b in self.blocks],
+                                     self.cfg.pool_blocks, self.cfg.pool_rows)
         self.step = 0
         self.rows_seen = 0
         self.cursor = [[0, 0, 0] for _ in self.directions]   # epoch, pool, batch within pool
@@ -190,11 +195,12 @@ class ShardStream:
     def state_dict(self) -> dict:
         return {"version": STATE_VERSION, "seed": self.cfg.seed, "rank": self.rank, "world_size": self.world,
                 "directions": list(self.directions), "step": self.step, "rows_seen": self.rows_seen,
-                "cursor": [list(c) for c in self.cursor]}
+                "pool_blocks": self.pool_blocks, "cursor": [list(c) for c in self.cursor]}
 
     def load_state_dict(self, state: dict, strict_world: bool = True) -> None:
         """Restore a saved position. At another world size the ranks' slices differ, so each
-        direction restarts at the beginning of its current pool (``strict_world=False``)."""
+        direction restarts at the beginning of its current pool (``strict_world=False``); if the
+        pool size differs too, at the pool that holds the first block of the saved one."""
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"stream state version {state.get('version')!r} is not {STATE_VERSION}")
         if state["directions"] != self.directions or state["seed"] != self.cfg.seed:
@@ -203,8 +209,13 @@ class ShardStream:
         if not same and strict_world:
             raise ValueError(f"stream state is for rank {state['rank']} of {state['world_size']}, "
                              f"this is rank {self.rank} of {self.world}")
+        saved_k = int(state.get("pool_blocks", self.cfg.pool_blocks))   # older states: always pool_blocks
+        if saved_k != self.pool_blocks and same:
+            raise ValueError(f"stream state was saved with {saved_k} blocks per pool, this stream has "
+                             f"{self.pool_blocks} (pool_blocks or pool_rows changed)")
         self.step, self.rows_seen = int(state["step"]), int(state["rows_seen"])
-        self.cursor = [[int(e), int(p), int(b) if same else 0] for e, p, b in state["cursor"]]
+        self.cursor = [[int(e), int(p) * saved_k // self.pool_blocks, int(b) if same else 0]
+                       for e, p, b in state["cursor"]]
         self._pools.clear()
 
     @property
@@ -233,7 +244,7 @@ class ShardStream:
     def _next_from(self, d: int) -> Batch:
         while True:
             epoch, pool_idx, batch_idx = self.cursor[d]
-            n_pools = -(-len(self.blocks[d]) // self.cfg.pool_blocks)
+            n_pools = -(-len(self.blocks[d]) // self.pool_blocks)
             if pool_idx >= n_pools:
                 self.cursor[d] = [epoch + 1, 0, 0]
                 continue
@@ -257,7 +268,7 @@ class ShardStream:
         if cached and cached[0] == (epoch, pool_idx):
             return cached[1]
         order = np.random.default_rng([self.cfg.seed, d, epoch]).permutation(len(self.blocks[d]))
-        chosen = order[pool_idx * self.cfg.pool_blocks:(pool_idx + 1) * self.cfg.pool_blocks]
+        chosen = order[pool_idx * self.pool_blocks:(pool_idx + 1) * self.pool_blocks]
         src, tgt, lines = [], [], []
         for b in sorted(chosen):   # file order: sequential reads
             file, index, n = self.blocks[d][b]
@@ -283,6 +294,17 @@ class ShardStream:
     def _collate(self, d: int, pool: _Pool, rows: np.ndarray) -> Batch:
         return _collate(pool, rows, self.tag_ids[d] if self.cfg.add_lang_tag else None,
                         self.src_lang[d], self.tgt_lang[d], self.directions[d], self.pad, self.eos)
+
+
+def pool_size(block_rows: list[list[int]], pool_blocks: int, pool_rows: int) -> int:
+    """Blocks per pool: the most (up to ``pool_blocks``) for which the largest pools of all
+    directions together stay within ``pool_rows`` rows; at least one. ``block_rows[d]`` lists the
+    rows this rank reads from each block of direction ``d``."""
+    largest = [np.cumsum(sorted(b, reverse=True)) for b in block_rows]
+    k = 1
+    while k < pool_blocks and sum(int(c[min(k, len(c) - 1)]) for c in largest) <= pool_rows:
+        k += 1
+    return k
 
 
 def _row_cost(pool: _Pool, add_lang_tag: bool) -> np.ndarray:

@@ -6,6 +6,7 @@ place at the very end, so an interrupted or failed build never looks complete, a
 """
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 from dataclasses import dataclass
@@ -65,21 +66,23 @@ class _DirectionWriter:
         if with_text:
             fields += [("src_text", pa.string()), ("tgt_text", pa.string())]
         self.schema = pa.schema(fields)
-        self.pending: dict[str, list] = {name: [] for name in self.schema.names}
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
         self.shards: list[Shard] = []
         self.writer = None
         self.rows_in_file = 0
         self.file_tokens = [0, 0]
 
-    def add(self, columns: dict[str, list]) -> None:
-        for name, values in columns.items():
-            self.pending[name].extend(values)
-        while len(self.pending["line"]) >= self.cfg.block_rows:
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self.pending.append(batch)
+            self.pending_rows += batch.num_rows
+        while self.pending_rows >= self.cfg.block_rows:
             self._write_block(self.cfg.block_rows)
 
     def close(self) -> list[Shard]:
-        if self.pending["line"]:
-            self._write_block(len(self.pending["line"]))
+        if self.pending_rows:
+            self._write_block(self.pending_rows)
         self._close_file()
         return self.shards
 
@@ -91,14 +94,15 @@ class _DirectionWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             opts = pa.ipc.IpcWriteOptions(compression=self.cfg.compression)
             self.writer = pa.ipc.new_file(str(self.path), self.schema, options=opts)
-        block = {name: values[:n] for name, values in self.pending.items()}
-        self.pending = {name: values[n:] for name, values in self.pending.items()}
-        self.writer.write_batch(pa.record_batch(
-            [pa.array(block[name], type=self.schema.field(name).type) for name in self.schema.names],
-            schema=self.schema))
+        pending = pa.Table.from_batches(self.pending, schema=self.schema)
+        block = pending.slice(0, n).combine_chunks().to_batches()[0]
+        self.pending = pending.slice(n).to_batches()
+        self.pending_rows -= n
+        self.writer.write_batch(block)
         self.rows_in_file += n
-        self.file_tokens[0] += sum(map(len, block["src_ids"]))
-        self.file_tokens[1] += sum(map(len, block["tgt_ids"]))
+        for i, name in enumerate(("src_ids", "tgt_ids")):
+            offsets = block.column(name).offsets
+            self.file_tokens[i] += offsets[-1].as_py() - offsets[0].as_py()
         if self.rows_in_file + self.cfg.block_rows > self.cfg.shard_rows:
             self._close_file()
 
@@ -112,6 +116,17 @@ class _DirectionWriter:
         self.writer, self.rows_in_file, self.file_tokens = None, 0, [0, 0]
 
 
+def id_lists(ids: list[list[int]]) -> pa.ListArray:
+    """SentencePiece's id lists as an Arrow list array, through flat numpy buffers: measured on
+    8,192 sentences, 4 ms against 226 ms for ``pa.array`` on the nested Python lists (whose
+    per-integer conversion cost four times the encoding itself)."""
+    lens = np.fromiter(map(len, ids), dtype=np.int32, count=len(ids))
+    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+    np.cumsum(lens, out=offsets[1:])
+    values = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(offsets[-1]))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
 def _write_split(split, sp: spm.SentencePieceProcessor, root: Path, cfg: BuildConfig,
                  info: SplitInfo) -> None:
     role = split_role(split.name)
@@ -122,10 +137,11 @@ def _write_split(split, sp: spm.SentencePieceProcessor, root: Path, cfg: BuildCo
                disable=None)
     for first, chunk in split.read_chunks(8192):
         n = len(next(iter(chunk.values())))
-        ids = {x: sp.encode(chunk[x], num_threads=cfg.threads) for x in split.langs}
-        lines = np.arange(first, first + n)
+        ids = {x: id_lists(sp.encode(chunk[x], num_threads=cfg.threads)) for x in split.langs}
+        lines = pa.array(np.arange(first, first + n, dtype=np.int64))
+        texts = {x: pa.array(chunk[x], pa.string()) for x in split.langs} if with_text else {}
         empty = {x: np.array([not t for t in chunk[x]], dtype=bool) for x in split.langs}
-        long = {x: np.array([len(t) > cfg.max_tokens for t in ids[x]], dtype=bool) for x in split.langs}
+        long = {x: np.diff(ids[x].offsets.to_numpy()) > cfg.max_tokens for x in split.langs}
         for d, writer in writers.items():
             is_empty = empty[d.src] | empty[d.tgt]
             # Test sets keep over-long sentences (dropping them would change BLEU's test set);
@@ -133,13 +149,12 @@ def _write_split(split, sp: spm.SentencePieceProcessor, root: Path, cfg: BuildCo
             is_long = (long[d.src] | long[d.tgt]) & ~is_empty if role == "train" else np.zeros(n, bool)
             filtered[str(d)]["empty"] += int(is_empty.sum())
             filtered[str(d)]["too_long"] += int(is_long.sum())
-            keep = np.flatnonzero(~(is_empty | is_long))
-            cols = {"line": lines[keep].tolist(),
-                    "src_ids": [ids[d.src][i] for i in keep], "tgt_ids": [ids[d.tgt][i] for i in keep]}
-            if with_text:
-                cols["src_text"] = [chunk[d.src][i] for i in keep]
-                cols["tgt_text"] = [chunk[d.tgt][i] for i in keep]
-            writer.add(cols)
+            cols = [lines, ids[d.src], ids[d.tgt]] + ([texts[d.src], texts[d.tgt]] if with_text else [])
+            drop = is_empty | is_long
+            if drop.any():
+                keep = pa.array(np.flatnonzero(~drop))
+                cols = [c.take(keep) for c in cols]
+            writer.add(pa.record_batch(cols, schema=writer.schema))
         bar.update(n)
     bar.close()
     for writer in writers.values():
@@ -213,7 +228,9 @@ def write_direction(root: Path, split: str, direction: Direction, columns: dict[
     """Write already-tokenised rows (``line``, ``src_ids``, ``tgt_ids`` [, texts]) of one
     direction as shards under ``root`` — for data made by the system itself (back-translation)."""
     writer = _DirectionWriter(Path(root), split, direction, cfg, with_text="src_text" in columns, prefix=prefix)
-    writer.add(columns)
+    arrays = {name: id_lists(columns[name]) if name.endswith("_ids") else pa.array(columns[name], field.type)
+              for name, field in zip(writer.schema.names, writer.schema)}
+    writer.add(pa.record_batch(list(arrays.values()), schema=writer.schema))
     return writer.close()
 
 

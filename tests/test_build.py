@@ -159,7 +159,13 @@ def test_flipped_byte_fails_verify_naming_the_shard(small_multiway, tmp_path, ca
     code, _, err = run_cli(main, ["verify", str(out)], capsys)
     assert code == 1 and "train/de-en.00000.arrow: sha256 differs" in err
     assert "en-de.00000" not in err
+    # Ranks of a node share the hashing: exactly one of three parts hashes (and names) the shard.
+    m = Manifest.load(out)
+    found = [m.check_files(out, part=(i, 3)) for i in range(3)]
+    assert sorted(map(len, found)) == [0, 0, 1] and "de-en.00000.arrow: sha256" in sum(found, [])[0]
     shard.write_bytes(bytes(data[:-100]))
+    # ... while every part checks every size.
+    assert all("truncated" in m.check_files(out, part=(i, 3))[0] for i in range(3))
     code, _, err = run_cli(main, ["verify", str(out)], capsys)
     assert code == 1 and "de-en.00000.arrow" in err and "truncated" in err
     with pytest.raises(ManifestError, match="de-en.00000.arrow"):

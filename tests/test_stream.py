@@ -57,7 +57,9 @@ def test_no_tag_switch(m30k_centered):
 def test_ranks_are_disjoint_and_cover_an_epoch(m30k_centered):
     seen = []
     for rank in range(2):
-        stream = ShardStream(m30k_centered, StreamConfig(directions=["de-en"], pool_blocks=3), rank, 2)
+        # 512 rows per block and rank: a 1,536-row budget makes pools of 3 blocks.
+        stream = ShardStream(m30k_centered, StreamConfig(directions=["de-en"], pool_rows=1536), rank, 2)
+        assert stream.pool_blocks == 3
         lines = []
         while stream.cursor[0][0] == 0:   # until this rank starts its second epoch
             lines += next(stream).lines.tolist()
@@ -66,6 +68,21 @@ def test_ranks_are_disjoint_and_cover_an_epoch(m30k_centered):
         seen.append(set(lines))
     assert not seen[0] & seen[1]
     assert seen[0] | seen[1] == set(range(1, 29001))
+
+
+def test_pool_rows_bound_the_pooled_rows_of_all_directions(m30k_centered):
+    m = Manifest.load(m30k_centered)
+    n_dirs = len(m.splits["train"].directions())
+    assert ShardStream(m30k_centered).pool_blocks == 8            # the default budget: pool_blocks rules
+    for budget, k in ((n_dirs * 3 * m.block_rows, 3), (n_dirs * 3 * m.block_rows - 1, 2), (1, 1)):
+        stream = ShardStream(m30k_centered, StreamConfig(pool_rows=budget, max_tokens=1024))
+        assert stream.pool_blocks == k
+        peak = 0
+        for _ in range(600):
+            next(stream)
+            peak = max(peak, sum(len(pool.lines) for _, pool in stream._pools.values()))
+        assert len(stream._pools) == n_dirs and peak <= max(budget, n_dirs * m.block_rows)
+        assert peak > (k - 1) * n_dirs * m.block_rows      # the budget is used, not just obeyed
 
 
 def test_same_seed_same_stream_and_epochs_reshuffle(m30k_centered):
@@ -130,6 +147,16 @@ def test_exact_resume_in_a_new_process(m30k_centered, tmp_path):
         other.load_state_dict(saved)
     other.load_state_dict(saved, strict_world=False)
     assert other.step == 150 and all(c[2] == 0 for c in other.cursor)
+    # With another pool size too, each direction restarts at the pool holding its saved pool's first block.
+    saved["cursor"][0][1] = 5          # blocks 10 and 11 of its epoch's order: pool 2 of 4-block pools
+    bigger = ShardStream(m30k_centered, StreamConfig(seed=3, max_tokens=1024, pool_blocks=4))
+    bigger.load_state_dict(saved, strict_world=False)
+    assert [c[:2] for c in bigger.cursor] == [[e, p * 2 // 4] for e, p, _ in saved["cursor"]]
+    assert bigger.cursor[0][1] == 2
+    saved["pool_blocks"] = 3
+    with pytest.raises(ValueError, match="3 blocks per pool"):
+        ShardStream(m30k_centered, StreamConfig(seed=3, max_tokens=1024, pool_blocks=2), rank=1,
+                    world_size=2).load_state_dict(saved)
 
 
 def test_eval_batches_cover_each_row_once(m30k_centered):
