@@ -374,10 +374,22 @@ def losses(run_dir: Path) -> dict[int, dict]:
     return {r["step"]: r for r in rows if "loss" in r}
 
 
-def train_section(shards: Path, out: Path, steps: int, ckpt: int) -> dict:
+# cll-eval in a child that reports its own peak memory and its LID workers' on the way out.
+EVAL = r"""
+import atexit, json, resource, runpy, sys
+atexit.register(lambda: print(json.dumps({"eval_rss_mb": {
+    "self": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "lid_worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}}), file=sys.stderr))
+sys.argv[0] = "cll-eval"
+runpy.run_module("cll_scale.evaluate", run_name="__main__")
+"""
+
+
+def train_section(shards: Path, out: Path, steps: int, ckpt: int, eval_sentences: int) -> dict:
     """A `tiny` FCLL run on all languages, two CPU ranks: dry run; an uninterrupted run; a run killed
     (SIGKILL to the launcher's process group) after its step-``ckpt`` checkpoint and resumed; the
-    resumed losses against the uninterrupted ones; export; cll-eval on two zero-shot directions."""
+    resumed losses against the uninterrupted ones; export; cll-eval on two zero-shot directions,
+    then on every test direction (``eval_sentences`` each) to see what the number of directions costs."""
     base = ["--data", str(shards), "--preset", "tiny", "--variant", "fcll", "--ds-config", "cpu_fp32.json",
             "--max-steps", str(steps), "--set", "train.log_every=1", "--set", "train.valid_every=100000",
             "--set", f"train.ckpt_every={ckpt}", "--set", "train.valid_max_sentences=200",
@@ -439,14 +451,25 @@ def train_section(shards: Path, out: Path, steps: int, ckpt: int) -> dict:
     info = json.loads((export / "export.json").read_text()) if (export / "export.json").is_file() else {}
     report["export"] = {"ok": (export / "model.safetensors").is_file() and info.get("step") == steps,
                         "bytes": sum(f.stat().st_size for f in export.glob("*") if f.is_file())}
-    res, wall = run([sys.executable, "-m", "cll_scale.evaluate", "--model", f"fcll={export}", "--data", str(shards),
-                     "--split", "test", "--directions", "de-fr,fr-de", "--max-sentences", "50", "--beam", "1",
-                     "--device", "cpu", "--lid-workers", "0", "--out", str(split / "eval")], "cll-eval")
-    result = split / "eval" / "results.json"
-    dirs = json.loads(result.read_text())["models"]["fcll"]["directions"] if res.returncode == 0 and result.is_file() else []
-    report["eval"] = {"ok": sorted(d["direction"] for d in dirs) == ["de-fr", "fr-de"], "wall_s": wall,
+    def evaluate(name: str, *extra: str) -> tuple[list[dict], float, dict]:
+        res, wall = run([sys.executable, "-c", EVAL, "--model", f"fcll={export}", "--data", str(shards),
+                         "--split", "test", "--beam", "1", "--device", "cpu", "--out", str(split / name), *extra], name)
+        result = split / name / "results.json"
+        dirs = json.loads(result.read_text())["models"]["fcll"]["directions"] if res.returncode == 0 and result.is_file() else []
+        rss = next((json.loads(x)["eval_rss_mb"] for x in reversed(res.stderr.splitlines())
+                    if x.startswith('{"eval_rss_mb"')), {})
+        return dirs, wall, rss
+    dirs, wall, rss = evaluate("cll-eval", "--directions", "de-fr,fr-de", "--max-sentences", "50", "--lid-workers", "0")
+    report["eval"] = {"ok": sorted(d["direction"] for d in dirs) == ["de-fr", "fr-de"], "wall_s": wall, "rss_mb": rss,
                       "directions": {d["direction"]: {k: d.get(k) for k in ("n", "bleu", "chrf", "off_target", "off_target_restricted")}
                                      for d in dirs}}
+    from cll_scale.manifest import Manifest
+    manifest = Manifest.load(shards)
+    expected = sorted(manifest.splits["test"].directions())
+    dirs, wall, rss = evaluate("cll-eval-all", "--max-sentences", str(eval_sentences), "--lid-workers", "1")
+    report["eval_all"] = {"ok": sorted(d["direction"] for d in dirs) == expected, "wall_s": wall, "rss_mb": rss,
+                          "directions": len(dirs), "expected": len(expected), "sentences": eval_sentences,
+                          "zero_shot": sum(manifest.is_zero_shot(d["direction"]) for d in dirs)}
     step_s = [a[s]["elapsed_s"] - a[s - 1]["elapsed_s"] for s in range(3, steps + 1) if s in a and s - 1 in a]
     report["step_s_median"] = sorted(step_s)[len(step_s) // 2] if step_s else None
     report["tokens_per_s_median"] = sorted(a[s]["tokens_per_s"] for s in a)[len(a) // 2] if a else None
@@ -562,8 +585,15 @@ def train_table(t: dict) -> str:
         ("export", t["export"], f"{fmt(t['export']['bytes'])} bytes"),
         ("cll-eval de-fr, fr-de (50 sentences, greedy)", t["eval"],
          ", ".join(f"{k}: {v['n']} sentences, BLEU {fmt(v['bleu'])}, off-target {fmt(v['off_target'])}%"
-                   for k, v in t["eval"]["directions"].items())),
+                   for k, v in t["eval"]["directions"].items())
+         + f"; {fmt(t['eval']['wall_s'])} s wall, peak RSS {fmt(t['eval']['rss_mb'].get('self'))} MB"),
     ]
+    if "eval_all" in t:
+        e = t["eval_all"]
+        rows.append((f"cll-eval, every test direction ({e['sentences']} sentences each, greedy, 1 LID worker)", e,
+                     f"{e['directions']} of {e['expected']} directions ({e['zero_shot']} zero-shot); "
+                     f"{fmt(e['wall_s'])} s wall, {fmt(e['wall_s'] / max(1, e['directions']))} s per direction; "
+                     f"peak RSS {fmt(e['rss_mb'].get('self'))} MB, LID worker {fmt(e['rss_mb'].get('lid_worker'))} MB"))
     for name, r, detail in rows:
         lines.append(f"| {name} | {'pass' if r.get('ok') else 'FAIL'} | {detail} |")
     return "\n".join(lines)
@@ -594,6 +624,8 @@ def main(argv=None) -> int:
                    help="the tiny FCLL run at the smallest scale (default on)")
     p.add_argument("--train-steps", type=int, default=50)
     p.add_argument("--checkpoint-step", type=int, default=25)
+    p.add_argument("--eval-sentences", type=int, default=20,
+                   help="sentences per direction when cll-eval runs over every test direction")
     p.add_argument("--keep", action="store_true", help="keep corpora, shards and training runs")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -606,7 +638,7 @@ def main(argv=None) -> int:
               "args": {k: v for k, v in vars(args).items()}}
     if args.train:
         report["train"] = train_section(Path(results[0]["shards_dir"]), out / "train", args.train_steps,
-                                        args.checkpoint_step)
+                                        args.checkpoint_step, args.eval_sentences)
     report["seconds"] = time.perf_counter() - started
     md = ["## OPUS-100 shape: measured and extrapolated to scale 1.0", "", scale_table(results), "",
           ratios(results), "", "## Build stages", "", stage_table(results), "",

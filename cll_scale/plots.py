@@ -54,7 +54,9 @@ def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
     plt = _pyplot()
     models = report["models"]
     directions = sorted({d["direction"] for r in models.values() for d in r["directions"]})
-    fig, axes = plt.subplots(2, 1, figsize=(max(6, len(directions) * 0.9), 7), sharex=True)
+    # OPUS-100 has 218 test directions: past 40 the figure stops widening and the labels turn.
+    many = len(directions) > 40
+    fig, axes = plt.subplots(2, 1, figsize=(min(40, max(6, len(directions) * 0.9)), 7), sharex=True)
     width = 0.8 / max(1, len(models))
     for i, (name, r) in enumerate(models.items()):
         by = {d["direction"]: d for d in r["directions"]}
@@ -63,7 +65,11 @@ def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
         axes[1].bar(xs, [by[d]["off_target_restricted"] if d in by else 0 for d in directions], width, label=name)
     kinds = {d["direction"]: d["kind"] for r in models.values() for d in r["directions"]}
     axes[1].set_xticks([j + 0.4 - width / 2 for j in range(len(directions))])
-    axes[1].set_xticklabels([f"{d}\n{'ZS' if kinds[d] == 'zero-shot' else ''}" for d in directions])
+    zs = {d: kinds[d] == "zero-shot" for d in directions}
+    if many:
+        axes[1].set_xticklabels([d + (" ZS" if zs[d] else "") for d in directions], rotation=90, fontsize=6)
+    else:
+        axes[1].set_xticklabels([f"{d}\n{'ZS' if zs[d] else ''}" for d in directions])
     axes[0].set_ylabel("BLEU")
     axes[1].set_ylabel("off-target % (restricted LID)")
     axes[0].legend()

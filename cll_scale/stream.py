@@ -182,7 +182,8 @@ class ShardStream:
             if n == 0:
                 raise ManifestError(f"direction {d}: rank {rank} of {world_size} owns no rows "
                                     f"(blocks smaller than the world size)")
-        self.pool_blocks = pool_size([[hi - lo for lo, hi in (self._slice(n) for _, _, n in b)] for b in self.blocks],
+        # From the largest rank slice of each block, so that every rank picks the same pool size.
+        self.pool_blocks = pool_size([[-(-n // world_size) for _, _, n in b] for b in self.blocks],
                                      self.cfg.pool_blocks, self.cfg.pool_rows)
         self.step = 0
         self.rows_seen = 0
@@ -299,7 +300,7 @@ class ShardStream:
 def pool_size(block_rows: list[list[int]], pool_blocks: int, pool_rows: int) -> int:
     """Blocks per pool: the most (up to ``pool_blocks``) for which the largest pools of all
     directions together stay within ``pool_rows`` rows; at least one. ``block_rows[d]`` lists the
-    rows this rank reads from each block of direction ``d``."""
+    rows a rank reads (at most) from each block of direction ``d``."""
     largest = [np.cumsum(sorted(b, reverse=True)) for b in block_rows]
     k = 1
     while k < pool_blocks and sum(int(c[min(k, len(c) - 1)]) for c in largest) <= pool_rows:

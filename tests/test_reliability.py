@@ -87,6 +87,27 @@ def test_damaged_shard_stops_training_and_names_the_file(m30k_centered, tmp_path
 
 
 @pytest.mark.slow
+def test_damaged_shard_hashed_by_the_second_rank_stops_the_whole_launch(m30k_centered, tmp_path):
+    """The two processes of a node share the hashing (shard k goes to local rank k % 2): a damage in
+    a shard only rank 1 hashes must still stop both before the engine is built."""
+    import shutil
+    shards = tmp_path / "shards"
+    shutil.copytree(m30k_centered, shards)
+    manifest = json.loads((shards / "manifest.json").read_text())
+    shard = shards / manifest["splits"]["train"]["shards"][1]["file"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    shard.write_bytes(bytes(data))
+    res = subprocess.run([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module",
+                          "cll_scale.train", *common(shards, tmp_path / "run", 3)],
+                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and f"{shard.relative_to(shards)}: sha256 differs" in out
+    assert out.count("sha256 differs") == 1        # one rank hashed it, not both
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.slow
 def test_kill_9_between_checkpoints_then_exact_resume(m30k_centered, tmp_path):
     """Two ranks, fp32, SIGKILL to the whole launch between checkpoints; the relaunch with
     --resume reproduces the uninterrupted run's losses, data stream included."""
