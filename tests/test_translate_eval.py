@@ -180,3 +180,16 @@ def test_lid_agreement_reads_hypotheses_files(multi30k, tmp_path):
     assert r["sentences"] == 60 and r["agree_restricted"] >= 90
     assert 45 <= r["off_lingua"] <= 55 and 45 <= r["off_langdetect_restricted"] <= 55
     assert "| fcll (default) | 60 |" in report(tmp_path / "hyps", ["en", "de", "fr", "cs"], 2)
+
+
+def test_bleu_offtarget_figure_stays_readable_at_opus100_size(tmp_path):
+    """218 directions (OPUS-100's test set): the figure stops widening at 40 inches; 6 keep 0.9 each."""
+    import struct
+    from cll_scale.plots import plot_bleu_offtarget
+
+    def width(n: int) -> int:
+        dirs = [{"direction": f"en-x{i:03d}", "kind": "zero-shot" if i % 7 == 0 else "supervised",
+                 "bleu": float(i % 30), "off_target_restricted": float(i % 100)} for i in range(n)]
+        png = plot_bleu_offtarget({"models": {"fcll": {"directions": dirs}}}, tmp_path / f"{n}.png")
+        return struct.unpack(">I", png.read_bytes()[16:20])[0]       # the PNG header's width
+    assert width(6) == 600 and width(218) == 4000
