@@ -1,0 +1,130 @@
+"""``docs/demo.png`` from real models: pick a zero-shot test sentence on which the first model
+answers in the wrong language and the others in the requested one (from the hypotheses files that
+``cll-eval`` / ``cll-repro`` wrote, so nothing is decoded to choose it), start ``cll-demo`` on the
+exports, type the sentence in a headless Chromium and save the page.
+
+    .venv/bin/python scripts/demo_screenshot.py \\
+        --model baseline=runs/study/runs/multi30k-triangle-baseline-seed1/export-best \\
+        --model fcll=runs/study/runs/multi30k-triangle-fcll-seed1/export-best \\
+        --hyps runs/study/results/triangle/hyps/test_2016_flickr \\
+        --data runs/study/shards/multi30k-triangle --split test_2016_flickr --direction de-cs
+
+``--text`` skips the choice. The chosen sentence, each model's stored output and its language are
+printed, so the caption under the screenshot can say what it shows.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cll_scale.langid import detect  # noqa: E402
+from cll_scale.languages import Direction  # noqa: E402
+from cll_scale.manifest import Manifest  # noqa: E402
+
+
+def choose(models: list[str], hyps: Path, data: Path, split: str, direction: Direction,
+           shortest: int, longest: int) -> tuple[str, dict[str, str]]:
+    """The first source sentence (``shortest``..``longest`` characters) whose output from the first
+    model is off-target and from every other model on target (langdetect restricted to the
+    model's languages, the paper's measure)."""
+    m = Manifest.load(data)
+    sources = m.read_direction(data, split, direction, ["src_text"]).column("src_text").to_pylist()
+    outputs = {name: (hyps / name / "default" / f"{direction}.txt").read_text().splitlines() for name in models}
+    first, *others = models
+    for i, src in enumerate(sources[:min(map(len, outputs.values()))]):
+        if not shortest <= len(src) <= longest:
+            continue
+        langs = {name: detect(outputs[name][i], m.languages) for name in models}
+        if langs[first] != direction.tgt and all(langs[o] == direction.tgt for o in others):
+            return src, {name: f"{outputs[name][i]}  [{langs[name]}]" for name in models}
+    raise SystemExit(f"no sentence of {split} {direction} is off-target for {first} and on target for "
+                     f"{', '.join(others)}; pass --text")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def screenshot(models: list[str], args, text: str, direction: Direction) -> None:
+    from playwright.sync_api import sync_playwright
+    port = free_port()
+    cmd = [sys.executable, "-m", "demo", "--port", str(port), "--max-chars", "300",
+           *(a for spec in args.model for a in ("--model", spec))]
+    if args.examples:
+        cmd += ["--examples", args.examples]
+    server = subprocess.Popen(cmd, cwd=ROOT)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        for _ in range(600):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if server.poll() is not None:
+                raise SystemExit(f"cll-demo exited with {server.returncode}")
+            time.sleep(0.5)
+        chromium = shutil.which("chromium") or "/usr/bin/chromium"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(url, wait_until="networkidle")
+            for label, lang in (("source language", direction.src), ("target language", direction.tgt)):
+                box = page.get_by_label(label).first
+                box.click()
+                box.fill(lang)
+                box.press("Enter")
+            page.get_by_label("source text").first.fill(text)
+            page.get_by_role("button", name="Translate", exact=True).click()
+            for name in models:
+                page.wait_for_function(f"document.querySelector('#out-{name} textarea')?.value.length > 0",
+                                       timeout=300_000)
+            # The outputs arrive before gradio drops its "pending" veil over them.
+            page.wait_for_function("document.querySelectorAll('.pending').length == 0", timeout=60_000)
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(args.out), full_page=False)
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR",
+                   help="the first one is the model shown off-target (the Baseline)")
+    p.add_argument("--direction", required=True, type=Direction.parse, help="a zero-shot direction, e.g. de-cs")
+    p.add_argument("--text", help="the sentence to type; otherwise chosen from --hyps")
+    p.add_argument("--hyps", type=Path, help="hyps/<split> directory that cll-eval or cll-repro wrote")
+    p.add_argument("--data", type=Path, help="the shard directory the hypotheses were decoded from")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--chars", type=int, nargs=2, default=(40, 90), metavar=("MIN", "MAX"),
+                   help="length of the sentence chosen, in characters")
+    p.add_argument("--examples", default=str(ROOT.parent / "shared" / "data" / "multi30k"),
+                   help="cll-demo --examples (empty: none)")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "demo.png")
+    args = p.parse_args(argv)
+    models = [spec.split("=", 1)[0] for spec in args.model]
+    if args.text is None:
+        if args.hyps is None or args.data is None:
+            p.error("--hyps and --data choose the sentence; or give --text")
+        args.text, outputs = choose(models, args.hyps, args.data, args.split, args.direction, *args.chars)
+        print(f"chosen: {args.text}")
+        for name, out in outputs.items():
+            print(f"  {name}: {out}")
+    screenshot(models, args, args.text, args.direction)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
