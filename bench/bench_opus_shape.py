@@ -6,6 +6,9 @@ languages through `deepspeed --num_gpus 2` on the CPU (checkpoint, kill, resume,
     python bench/bench_opus_shape.py --scales 0.01 0.05 0.2 --no-train
     make bench-opus
 
+At the largest scale it also learns SentencePiece at temperature 1 and 5 from the same corpus and
+reports, per temperature, each language's share of the sample and how its held-out text tokenises.
+
 Writes ``<out>/bench_opus_shape.json`` and ``.md`` (default ``runs/opus``, which git ignores) and
 prints the tables. Corpora and shards are deleted at the end unless ``--keep``.
 
@@ -210,6 +213,65 @@ def child(code: str, *args, timeout: float = 3600) -> dict:
 # ---------------------------------------------------------------------------------------------
 # One scale
 
+# SentencePiece learnt at temperature 1 and 5 from the same corpus; for every language, the share of
+# the sample it got and how its held-out text tokenises (pieces per character, byte-fallback pieces).
+SPM_LANGS = _RSS + r"""
+import tempfile
+import sentencepiece as spm
+from data_tools.sources import read_opus100
+from data_tools.synth import LANG_SCRIPT
+from data_tools.tokenizer import language_sample_rates, train_sentencepiece
+corpus_dir, vocab, n_eval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+corpus = read_opus100(corpus_dir)
+counts = {x: 0 for x in corpus.languages}
+for split in corpus.train_splits():
+    for x in split.langs:
+        counts[x] += split.n_lines or 0
+held_out = {}
+for split in corpus.splits:
+    if split.name != "train":
+        for x, lines in next(split.read_chunks(n_eval))[1].items():
+            held_out.setdefault(x, lines)
+total = min(1_000_000, sum(counts.values()))
+out = {"pairs": counts, "script": {x: LANG_SCRIPT[x] for x in counts}, "sampled": {}, "tokens": {}}
+with tempfile.TemporaryDirectory() as tmp:
+    for temperature in (1.0, 5.0):
+        rates = language_sample_rates(counts, total, temperature)
+        out["sampled"][temperature] = {x: rates[x] * counts[x] / total for x in counts}
+        sp = spm.SentencePieceProcessor(model_file=str(train_sentencepiece(corpus, f"{tmp}/t{temperature:g}",
+                                                                           vocab, temperature=temperature)))
+        by_lang = {}
+        for x, lines in held_out.items():
+            pieces = [p for ids in sp.encode(lines) for p in ids]
+            chars = sum(len(t) for t in lines)
+            by_lang[x] = {"pieces_per_char": len(pieces) / max(1, chars),
+                          "byte_share": sum(map(sp.is_byte, pieces)) / max(1, len(pieces))}
+        out["tokens"][temperature] = by_lang
+print(json.dumps(out))
+"""
+
+
+def spm_report(r: dict) -> str:
+    """Per temperature: sample shares and tokenisation of the 10 smallest and 10 largest languages."""
+    pairs = r["pairs"]
+    order = sorted((x for x in pairs if x in r["tokens"]["1.0"]), key=lambda x: pairs[x])
+    small, large = order[:10], order[-10:]
+
+    def mean(xs):
+        return sum(xs) / len(xs)
+    lines = ["| T | sample share, smallest / largest language | pieces per char, 10 smallest / 10 largest "
+             "| byte-fallback pieces, 10 smallest / worst language |", "|---|---|---|---|"]
+    for t in ("1.0", "5.0"):
+        q, tok = r["sampled"][t], r["tokens"][t]
+        worst = max(tok, key=lambda x: tok[x]["byte_share"])
+        lines.append(f"| {float(t):g} | {q[order[0]]:.2e} ({order[0]}) / {q[order[-1]]:.3f} ({order[-1]}) "
+                     f"| {mean([tok[x]['pieces_per_char'] for x in small]):.3f} / "
+                     f"{mean([tok[x]['pieces_per_char'] for x in large]):.3f} "
+                     f"| {mean([tok[x]['byte_share'] for x in small]):.1%} / {tok[worst]['byte_share']:.1%} "
+                     f"({worst}, {r['script'][worst]}, {pairs[worst]:,} pairs) |")
+    return "\n".join(lines)
+
+
 def measure_scale(scale: float, out: Path, args) -> dict:
     corpus, shards = out / f"corpus-{scale:g}", out / f"shards-{scale:g}"
     for d in (corpus, shards):
@@ -218,6 +280,10 @@ def measure_scale(scale: float, out: Path, args) -> dict:
     synth = child(SYNTH, corpus, scale)
     log(f"scale {scale:g}: build ({synth['totals']['pairs']:,} pairs)")
     build = child(BUILD, corpus, shards, args.vocab_size)
+    spm_langs = None
+    if scale == max(args.scales):
+        log(f"scale {scale:g}: SentencePiece at temperature 1 and 5, per language")
+        spm_langs = child(SPM_LANGS, corpus, args.vocab_size, 500)
     if not args.keep:
         shutil.rmtree(corpus)
     log(f"scale {scale:g}: verify, stream")
@@ -229,7 +295,7 @@ def measure_scale(scale: float, out: Path, args) -> dict:
     startup = child(STARTUP, shards)
     shares = child(SHARES, shards, args.batches, args.batches_longer)
     return {"scale": scale, "shards_dir": str(shards), "synth": synth, "build": build, "verify": verify,
-            "stream": stream, "startup": startup,
+            "stream": stream, "startup": startup, "spm_languages": spm_langs,
             "shares": shares_report(shares, "counts", args.batches),
             "shares_longer": shares_report(shares, "counts_longer", args.batches_longer)}
 
@@ -644,6 +710,9 @@ def main(argv=None) -> int:
           ratios(results), "", "## Build stages", "", stage_table(results), "",
           f"## Direction shares after {args.batches:,} (and {args.batches_longer:,}) batches: observed vs planned",
           "", shares_table(results)]
+    spm_scale = next(r for r in results if r["spm_languages"])
+    md += ["", f"## SentencePiece by language at scale {spm_scale['scale']:g} (vocabulary {args.vocab_size:,}, "
+           "500 held-out sentences per language)", "", spm_report(spm_scale["spm_languages"])]
     if args.train:
         md += ["", "## Training at scale " + f"{results[0]['scale']:g}", "", train_table(report["train"])]
     text = "\n".join(md) + "\n"
