@@ -39,10 +39,15 @@ def agreement(files: list[Path], languages: list[str], examples: int = 3) -> dic
             counts["off_langdetect_restricted"] += restricted != tgt
             counts["off_langdetect_plain"] += plain != tgt
             counts["off_lingua"] += second != tgt
-            if restricted != second and len(disagree) < examples and hyp.strip():
-                disagree.append({"direction": path.stem, "hyp": hyp, "langdetect": restricted, "lingua": second})
+            if restricted != second:
+                counts["disagree"] += 1
+                # Mixed output: lingua finds runs of two or more languages in the line.
+                counts["disagree_mixed"] += len({lang for lang, _ in lingua.spans(hyp)}) > 1
+                if len(disagree) < examples and hyp.strip():
+                    disagree.append({"direction": path.stem, "hyp": hyp, "langdetect": restricted, "lingua": second})
     n = max(counts["n"], 1)
-    return {"sentences": counts["n"], **{k: 100.0 * v / n for k, v in counts.items() if k != "n"},
+    return {"sentences": counts["n"], **{k: 100.0 * v / n for k, v in counts.items() if k not in ("n", "disagree", "disagree_mixed")},
+            "disagree_mixed": 100.0 * counts["disagree_mixed"] / max(1, counts["disagree"]),
             "disagreements": disagree}
 
 
@@ -57,7 +62,7 @@ def report(root: Path, languages: list[str], examples: int) -> str:
         name = f"{setting_dir.parent.name} ({setting_dir.name})"
         rows.append(f"| {name} | {r['sentences']:,} | {r['agree_restricted']:.1f}% | {r['agree_plain']:.1f}% "
                     f"| {r['off_langdetect_plain']:.1f}% | {r['off_langdetect_restricted']:.1f}% "
-                    f"| {r['off_lingua']:.1f}% |")
+                    f"| {r['off_lingua']:.1f}% | {r['disagree_mixed']:.1f}% |")
         samples += [f"| {name} | {d['direction']} | {d['hyp'].replace('|', '/')} | {d['langdetect']} "
                     f"| {d['lingua']} |" for d in r["disagreements"]]
     if not rows:
@@ -65,8 +70,9 @@ def report(root: Path, languages: list[str], examples: int) -> str:
     lines = [f"Hypotheses: `{root}`; languages {', '.join(languages)} (both identifiers restricted to them, "
              "langdetect also plain).", "",
              "| model (setting) | outputs | agree, langdetect restricted | agree, langdetect plain "
-             "| off-target langdetect plain | off-target langdetect restricted | off-target lingua |",
-             "|---|---:|---:|---:|---:|---:|---:|", *rows, "",
+             "| off-target langdetect plain | off-target langdetect restricted | off-target lingua "
+             "| disagreements lingua splits into 2+ languages |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|", *rows, "",
              "| model (setting) | direction | output | langdetect (restricted) | lingua |", "|---|---|---|---|---|",
              *samples]
     return "\n".join(lines) + "\n"

@@ -180,6 +180,13 @@ def test_lid_agreement_reads_hypotheses_files(multi30k, tmp_path):
     assert r["sentences"] == 60 and r["agree_restricted"] >= 90
     assert 45 <= r["off_lingua"] <= 55 and 45 <= r["off_langdetect_restricted"] <= 55
     assert "| fcll (default) | 60 |" in report(tmp_path / "hyps", ["en", "de", "fr", "cs"], 2)
+    # Captions half German, half French: the identifiers part ways, and lingua sees two languages
+    # in most of the lines they part on.
+    de = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()[:40]
+    mixed = [" ".join(d.split()[:len(d.split()) // 2] + f.split()[len(f.split()) // 2:]) for d, f in zip(de, fr + fr)]
+    (hyps / "cs-fr.txt").write_text("".join(x + "\n" for x in mixed), encoding="utf-8")
+    r = agreement([hyps / "cs-fr.txt"], ["en", "de", "fr", "cs"])
+    assert r["agree_restricted"] <= 80 and r["disagree_mixed"] >= 60
 
 
 def test_bleu_offtarget_figure_stays_readable_at_opus100_size(tmp_path):
