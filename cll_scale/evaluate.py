@@ -116,7 +116,8 @@ def lid_pool(workers: int | None = None) -> Iterator[Executor | None]:
         pool.shutdown(cancel_futures=True)
 
 
-def _safe(name: str) -> str:
+def file_name(name: str) -> str:
+    """A model name as a file or directory name (hypotheses, cached evaluations)."""
     return re.sub(r"[^\w.+-]+", "_", name).strip("_") or "model"
 
 
@@ -249,37 +250,54 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
             log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
             hyps_out: str | Path | None = None) -> dict:
     """Evaluate several models on the same pairs: the report behind every table of the project.
-    When the models were not all scored on the same directions, each model's ``common_averages``
-    averages only the directions every model was scored on (``common_directions``), so that the
-    summary compares like with like. Scoring goes to ``pool`` (:func:`lid_pool`; inline without
-    one); ``hyps_out`` gets ``<model>/<setting>/<direction>.txt``."""
+    Scoring goes to ``pool`` (:func:`lid_pool`; inline without one); ``hyps_out`` gets
+    ``<model>/<setting>/<direction>.txt``. See :func:`summarize` for the cross-model part."""
     directions = select_directions(pairs, directions, test_set)
-    report = {"test_set": test_set, "beam": beam, "lid": list(lid), "models": {}}
-    central = {}                     # report entry -> the central language of its model
+    entries: dict[str, dict] = {}
     for name, tr in translators.items():
-        settings = [(name, True, "default")]
-        if ablate_lsl and tr.model.cfg.cll_layers:
-            settings.append((f"{name} (LSL off)", False, "lsl-off"))
-        for entry, use_lsl, setting in settings:
-            log(f"{entry}:")
-            hyps_dir = Path(hyps_out) / _safe(name) / setting if hyps_out else None
-            report["models"][entry] = evaluate_model(tr, pairs, directions, use_lsl, max_sentences, log=log,
-                                                     lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry)
-            central[entry] = tr.manifest.central_language
-    scored = [{d["direction"] for d in r["directions"]} for r in report["models"].values()]
+        entries.update(evaluate_entries(tr, name, pairs, directions, max_sentences, ablate_lsl, log, lid, pool,
+                                        hyps_out))
+    return summarize(entries, test_set, beam, lid, log)
+
+
+def evaluate_entries(translator: Translator, name: str, pairs: dict[str, tuple[list[str], list[str]]],
+                     directions: list[str] | None, max_sentences: int = 0, ablate_lsl: bool = False, log=print,
+                     lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
+                     hyps_out: str | Path | None = None) -> dict[str, dict]:
+    """One model's report entries: ``name``, and ``name (LSL off)`` with ``ablate_lsl`` where the
+    model has LSLs. Each entry records its model's central language (for :func:`summarize`)."""
+    settings = [(name, True, "default")]
+    if ablate_lsl and translator.model.cfg.cll_layers:
+        settings.append((f"{name} (LSL off)", False, "lsl-off"))
+    entries = {}
+    for entry, use_lsl, setting in settings:
+        log(f"{entry}:")
+        hyps_dir = Path(hyps_out) / file_name(name) / setting if hyps_out else None
+        entries[entry] = evaluate_model(translator, pairs, directions, use_lsl, max_sentences, log=log,
+                                        lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry)
+        entries[entry]["central_language"] = translator.manifest.central_language
+    return entries
+
+
+def summarize(entries: dict[str, dict], test_set: str, beam: int, lid: tuple[str, ...] = ("langdetect",),
+              log=print) -> dict:
+    """The report of several models' entries. When the models were not all scored on the same
+    directions, each model's ``common_averages`` averages only the directions every model was
+    scored on (``common_directions``), so that the summary compares like with like."""
+    report = {"test_set": test_set, "beam": beam, "lid": list(lid), "models": dict(entries)}
+    scored = [{d["direction"] for d in r["directions"]} for r in entries.values()]
     if not any(scored):
         raise ValueError(f"{test_set}: no model could be scored on any direction "
-                         f"(skipped: {next(iter(report['models'].values()))['skipped']})")
+                         f"(skipped: {next(iter(entries.values()))['skipped']})")
     common = set.intersection(*scored)
     if any(s != common for s in scored):
         report["common_directions"] = sorted(common)
-        for name, r in report["models"].items():
+        for r in entries.values():
             rows = [DirectionResult(**d) for d in r["directions"] if d["direction"] in common]
-            r["common_averages"] = averages(rows, central[name])
+            r["common_averages"] = averages(rows, r["central_language"])
         log(f"the models were scored on different directions: the summary averages only the "
             f"{len(common)} they share ({', '.join(sorted(common)) or 'none'})")
-    report["bleu_signature"] = next((r["bleu_signature"] for r in report["models"].values()
-                                     if r["bleu_signature"]), "")
+    report["bleu_signature"] = next((r["bleu_signature"] for r in entries.values() if r["bleu_signature"]), "")
     return report
 
 

@@ -38,7 +38,8 @@ from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_
                            pick_device, positive_int, run)
 from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import compare, lid_pool, markdown, pairs_from_shards
+from cll_scale.evaluate import (evaluate_entries, file_name, lid_pool, markdown, pairs_from_shards,
+                                select_directions, summarize)
 from cll_scale.outputs import write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -340,30 +341,35 @@ def reproduce(args, argv) -> int:
         train_all(commands, args.parallel)
     reports = {}
     device = pick_device(None)
-    translators = {name: Translator.load(chosen_export(run_dir), device,
-                                         TranslateConfig(DecodeConfig(beam=args.beam)))
-                   for name, run_dir in runs.items()}
-    # A test set already evaluated with these exports and settings is read back, not decoded again:
-    # re-running after an interruption (or to add a stage) costs only what is left to do.
-    settings = {"exports": export_ids(runs), "beam": args.beam, "max_sentences": args.max_sentences,
-                "ablate_lsl": args.ablate_lsl, "lid": list(args.lid)}
+    exports = export_ids(runs)
     report_name = args.condition + ("-paper" if args.settings == "paper" else "")
     figs = Path(args.out) / report_name
     with lid_pool(args.lid_workers) as pool:         # its workers start with the first test set scored
         for split in args.splits.split(","):
-            cached = figs / f"{split}.json"
-            previous = json.loads(cached.read_text()) if cached.exists() else {}
-            if previous.get("settings") == settings:
-                print(f"[cll-repro] {split}: evaluated before with these exports, reusing {cached}", file=sys.stderr)
-                reports[split] = previous
-                continue
-            print(f"[cll-repro] evaluating on {split}", file=sys.stderr)
-            reports[split] = compare(translators, pairs_from_shards(shards, split), f"Multi30k {split}", args.beam,
-                                     max_sentences=args.max_sentences, ablate_lsl=args.ablate_lsl,
-                                     log=lambda s: print(s, file=sys.stderr), lid=args.lid, pool=pool,
-                                     hyps_out=figs / "hyps" / split)
-            reports[split]["settings"] = settings
-            write_atomic(cached, json.dumps(reports[split], indent=1, ensure_ascii=False))
+            pairs = pairs_from_shards(shards, split)
+            directions = select_directions(pairs, None, split)
+            entries = {}
+            # Each model's evaluation is kept on its own, keyed by its export and the settings: a
+            # re-run after an interruption, or with more seeds, decodes only what is new.
+            for name, run_dir in runs.items():
+                settings = {"export": exports[name], "beam": args.beam, "max_sentences": args.max_sentences,
+                            "ablate_lsl": args.ablate_lsl, "lid": list(args.lid)}
+                cached = figs / "evaluated" / split / f"{file_name(name)}.json"
+                previous = json.loads(cached.read_text()) if cached.exists() else {}
+                if previous.get("settings") == settings:
+                    print(f"[cll-repro] {split}: {name} evaluated before with this export and these settings, "
+                          f"reusing {cached}", file=sys.stderr)
+                    entries.update(previous["entries"])
+                    continue
+                print(f"[cll-repro] evaluating on {split}: {name}", file=sys.stderr)
+                translator = Translator.load(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
+                new = evaluate_entries(translator, name, pairs, directions, args.max_sentences, args.ablate_lsl,
+                                       lambda s: print(s, file=sys.stderr), args.lid, pool, figs / "hyps" / split)
+                write_atomic(cached, json.dumps({"settings": settings, "entries": new}, indent=1, ensure_ascii=False))
+                entries.update(new)
+            reports[split] = summarize(entries, f"Multi30k {split}", args.beam, args.lid,
+                                       log=lambda s: print(s, file=sys.stderr))
+            write_atomic(figs / f"{split}.json", json.dumps(reports[split], indent=1, ensure_ascii=False))
     path = write_report(report_name, runs, reports, budget, command, Path(args.out),
                         groups if args.seeds else None)
     print(path.read_text())

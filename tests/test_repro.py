@@ -1,6 +1,7 @@
 """cll-repro end to end at the `tiny` size: shards, training of two variants over two seeds,
 evaluation, the report with mean ± std over seeds — and a second run that trains nothing and
-decodes nothing, while a changed decoding setting is evaluated afresh."""
+decodes nothing, while a changed decoding setting is evaluated afresh, and a lost evaluation of one
+model is redone for that model only."""
 import json
 import subprocess
 import sys
@@ -50,6 +51,16 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
                            timeout=900)
     assert third.returncode == 0, third.stderr[-3000:]
     assert "evaluating on test_2016_flickr" in third.stderr and "reusing" not in third.stderr
+    # Each model's evaluation is kept on its own: with one of them gone, only that model decodes.
+    (tmp_path / "results" / "triangle" / "evaluated" / "test_2016_flickr" / "fcll_seed2.json").unlink()
+    fourth = subprocess.run(args + ["--eval-only", "--beam", "2"], cwd=ROOT, env=ENV, capture_output=True,
+                            text=True, timeout=900)
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    assert [x for x in fourth.stderr.splitlines() if "evaluating on" in x] == \
+        ["[cll-repro] evaluating on test_2016_flickr: fcll seed2"]
+    assert fourth.stderr.count("reusing") == 3
+    merged = json.loads((tmp_path / "results" / "triangle" / "test_2016_flickr.json").read_text())["models"]
+    assert {f"{v} seed{s}" for v in ("baseline", "fcll") for s in (1, 2)} <= set(merged)
 
 
 def test_results_script_merges_the_runs_own_evaluations(tmp_path):
