@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -125,39 +126,56 @@ def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: li
         sh(cmd, f"training {run_dir.name}")
 
 
+class Stopped(RuntimeError):
+    """cll-repro was told to stop (a scheduler's SIGTERM): the trainings it ran were stopped the
+    same way, and each saved its checkpoint."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; the trainings it ran saved their "
+                         f"checkpoints, and the same command continues them")
+        self.exit_code = 128 + signum
+
+
 def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int) -> None:
     """Run the training commands in order, ``parallel`` at a time (one GPU holds several small
     models; each process picks its own free port). With more than one at a time each writes its
-    output to ``<run dir>/train.log``; the first failure stops the others and is raised."""
-    if parallel <= 1:
-        for name, _, cmd in commands:
-            sh(cmd, f"training {name}")
-        return
+    output to ``<run dir>/train.log``; the first failure stops the others and is raised. A SIGTERM
+    to cll-repro (a job scheduler's stop) is passed on to the running trainings, which checkpoint
+    their step and stop: without that they would go on alone, holding their run directories."""
+    def stop(signum, frame):
+        raise Stopped(signum)
+    previous = signal.signal(signal.SIGTERM, stop)
     waiting, running = list(commands), []
     try:
         while waiting or running:
             while waiting and len(running) < parallel:
                 name, run_dir, cmd = waiting.pop(0)
-                log_path = run_dir / "train.log"
-                run_dir.mkdir(parents=True, exist_ok=True)
-                log = open(log_path, "a")
-                running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT), log,
-                                log_path))
-            time.sleep(1.0)
+                log, log_path = None, None
+                if parallel > 1:
+                    log_path = run_dir / "train.log"
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    log = open(log_path, "a")
+                running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log and subprocess.STDOUT),
+                                log, log_path))
+            time.sleep(0.5)
             for item in list(running):
                 name, proc, log, log_path = item
                 if proc.poll() is None:
                     continue
                 running.remove(item)
-                log.close()
+                if log:
+                    log.close()
                 if proc.returncode:
-                    raise StepFailed(f"training {name} (its output: {log_path})", proc.returncode)
+                    raise StepFailed(f"training {name}" + (f" (its output: {log_path})" if log_path else ""),
+                                     proc.returncode)
     finally:
-        for _, proc, log, _ in running:
+        signal.signal(signal.SIGTERM, previous)
+        for _, proc, _, _ in running:
             proc.terminate()         # SIGTERM: each checkpoints its current step and stops
         for _, proc, log, _ in running:
             proc.wait()
-            log.close()
+            if log:
+                log.close()
 
 
 def validation_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:

@@ -3,8 +3,11 @@ evaluation, the report with mean ± std over seeds — and a second run that tra
 decodes nothing, while a changed decoding setting is evaluated afresh, and a lost evaluation of one
 model is redone for that model only."""
 import json
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +104,36 @@ def test_extension_summary_keeps_old_and_new_directions_apart():
                      f"{mean('fr-cs', 'cs-de'):.2f}", f"{mean('cs-fr', 'de-cs'):.2f}",
                      f"{(by['cs-fr']['off_target'] + by['de-cs']['off_target']) / 2:.2f}%"]
     assert [c.strip() for c in original.split("|")[2:-1]][3:] == ["–", "–", "–"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_path):
+    """A job scheduler stops cll-repro with SIGTERM: the trainings it runs get it too, save their
+    step and end, instead of training on alone with their run directories locked."""
+    runs = tmp_path / "runs"
+    args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
+            "--parallel", "2", "--minutes-per-model", "10", "--multi30k", str(multi30k),
+            "--shards-root", str(tmp_path / "shards"), "--runs-root", str(runs), "--out", str(tmp_path / "results"),
+            "--set", "preset=tiny", "--set", "data.max_tokens=1024", "--set", "train.ds_config=cpu_fp32.json",
+            "--set", "train.valid_every=100000"]
+    proc = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = [runs / f"multi30k-triangle-{v}" / "metrics.jsonl" for v in ("baseline", "fcll")]
+    deadline = time.time() + 600
+    while not all(m.is_file() and m.read_text().strip() for m in metrics):   # both are training
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM and "stopped by SIGTERM" in err
+    for v in ("baseline", "fcll"):
+        log = (runs / f"multi30k-triangle-{v}" / "train.log").read_text()
+        assert "stopped by SIGTERM at step" in log and "after saving its checkpoint" in log
+    left = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:                                 # the process ended meanwhile
+            continue
+        if b"cll_scale.train" in argv and any(a.startswith(str(runs).encode()) for a in argv):
+            left.append(b" ".join(argv).decode(errors="replace"))
+    assert not left, left                               # no training goes on alone
