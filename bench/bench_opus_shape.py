@@ -219,20 +219,18 @@ SPM_LANGS = _RSS + r"""
 import tempfile
 import sentencepiece as spm
 from data_tools.sources import read_opus100
+from data_tools.build import BuildConfig
 from data_tools.synth import LANG_SCRIPT
-from data_tools.tokenizer import language_sample_rates, train_sentencepiece
+from data_tools.tokenizer import language_sample_rates, train_sentencepiece, training_lines
 corpus_dir, vocab, n_eval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 corpus = read_opus100(corpus_dir)
-counts = {x: 0 for x in corpus.languages}
-for split in corpus.train_splits():
-    for x in split.langs:
-        counts[x] += split.n_lines or 0
+counts = training_lines(corpus)
 held_out = {}
 for split in corpus.splits:
     if split.name != "train":
         for x, lines in next(split.read_chunks(n_eval))[1].items():
             held_out.setdefault(x, lines)
-total = min(1_000_000, sum(counts.values()))
+total = min(BuildConfig.spm_sentences, sum(counts.values()))    # as train_sentencepiece samples
 out = {"pairs": counts, "script": {x: LANG_SCRIPT[x] for x in counts}, "sampled": {}, "tokens": {}}
 with tempfile.TemporaryDirectory() as tmp:
     for temperature in (1.0, 5.0):

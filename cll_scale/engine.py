@@ -23,7 +23,8 @@ DS_CONFIGS = ROOT / "ds_configs"
 _HOST_GROUP = None     # a gloo group for host numbers when the training group is NCCL
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this host now (the rendezvous of a one-process world, a local server)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -40,7 +41,7 @@ def init_distributed() -> tuple[int, int, int]:
     logger.setLevel(logging.WARNING)   # DeepSpeed's INFO lines would drown the run's own log
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
     if not torch.cuda.is_available():
         # On CPU DeepSpeed's comm backend JIT-compiles a shared-memory all-reduce kernel
         # (70-110 s on 2 cores) that only its inference path uses; training talks through

@@ -123,7 +123,7 @@ def train(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: li
     """Train (or resume, or skip when finished) one model, in this process's turn."""
     cmd = train_command(recipe, run_dir, shards, budget, overrides)
     if cmd:
-        sh(cmd, f"training {run_dir.name}")
+        train_all([(run_dir.name, run_dir, cmd)], parallel=1)
 
 
 class Stopped(RuntimeError):
@@ -362,16 +362,16 @@ def reproduce(args, argv) -> int:
     exports = export_ids(runs)
     report_name = args.condition + ("-paper" if args.settings == "paper" else "")
     figs = Path(args.out) / report_name
-    with lid_pool(args.lid_workers) as pool:         # its workers start with the first test set scored
+    decoding = {"beam": args.beam, "max_sentences": args.max_sentences, "ablate_lsl": args.ablate_lsl,
+                "lid": list(args.lid)}
+    with lid_pool(args.lid_workers) as pool:         # its workers start with the first job scored
         for split in args.splits.split(","):
-            pairs = pairs_from_shards(shards, split)
-            directions = select_directions(pairs, None, split)
+            pairs = None                              # read only if some model has to be decoded
             entries = {}
             # Each model's evaluation is kept on its own, keyed by its export and the settings: a
             # re-run after an interruption, or with more seeds, decodes only what is new.
             for name, run_dir in runs.items():
-                settings = {"export": exports[name], "beam": args.beam, "max_sentences": args.max_sentences,
-                            "ablate_lsl": args.ablate_lsl, "lid": list(args.lid)}
+                settings = {"export": exports[name], **decoding}
                 cached = figs / "evaluated" / split / f"{file_name(name)}.json"
                 previous = json.loads(cached.read_text()) if cached.exists() else {}
                 if previous.get("settings") == settings:
@@ -380,6 +380,9 @@ def reproduce(args, argv) -> int:
                     entries.update(previous["entries"])
                     continue
                 print(f"[cll-repro] evaluating on {split}: {name}", file=sys.stderr)
+                if pairs is None:
+                    pairs = pairs_from_shards(shards, split)
+                    directions = select_directions(pairs, None, split)
                 translator = Translator.load(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
                 new = evaluate_entries(translator, name, pairs, directions, args.max_sentences, args.ablate_lsl,
                                        lambda s: print(s, file=sys.stderr), args.lid, pool, figs / "hyps" / split)

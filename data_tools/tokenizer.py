@@ -36,15 +36,21 @@ def language_sample_rates(counts: dict[str, int], total: int, temperature: float
     return {x: float(total * q[i] / n[i]) if n[i] else 0.0 for i, x in enumerate(counts)}
 
 
-def train_sentencepiece(corpus: Corpus, out_prefix: str | os.PathLike, vocab_size: int = 8000,
-                        model_type: str = "bpe", temperature: float = 5.0, sentences: int = 1_000_000,
-                        character_coverage: float = 0.9995, seed: int = 1, threads: int = 2) -> Path:
-    """Learn ``{out_prefix}.model`` from the corpus' training splits; returns its path."""
+def training_lines(corpus: Corpus) -> dict[str, int]:
+    """Lines of training text per language of the corpus (what the sampling rates weigh)."""
     counts: dict[str, int] = {x: 0 for x in corpus.languages}
     for split in corpus.train_splits():
         for x in split.langs:
             if x in counts:
                 counts[x] += split.n_lines or 0
+    return counts
+
+
+def train_sentencepiece(corpus: Corpus, out_prefix: str | os.PathLike, vocab_size: int = 8000,
+                        model_type: str = "bpe", temperature: float = 5.0, sentences: int = 1_000_000,
+                        character_coverage: float = 0.9995, seed: int = 1, threads: int = 2) -> Path:
+    """Learn ``{out_prefix}.model`` from the corpus' training splits; returns its path."""
+    counts = training_lines(corpus)
     total = min(sentences, sum(counts.values()))
     rates = language_sample_rates(counts, total, temperature)
     rng = np.random.default_rng(seed)

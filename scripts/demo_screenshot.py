@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.engine import free_port  # noqa: E402
 from cll_scale.langid import detect  # noqa: E402
 from cll_scale.languages import Direction  # noqa: E402
 from cll_scale.manifest import Manifest  # noqa: E402
@@ -47,12 +48,6 @@ def choose(models: list[str], hyps: Path, data: Path, split: str, direction: Dir
             return src, {name: f"{outputs[name][i]}  [{langs[name]}]" for name in models}
     raise SystemExit(f"no sentence of {split} {direction} is off-target for {first} and on target for "
                      f"{', '.join(others)}; pass --text")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def screenshot(models: list[str], args, text: str, direction: Direction) -> None:
