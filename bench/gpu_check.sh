@@ -85,9 +85,9 @@ if [ "$PARTS" = study ]; then
     --steps-per-model 4200 --minutes-per-model 3 --parallel 6 --splits test_2016_flickr --ablate-lsl \
     --multi30k "${MULTI30K:-../shared/data/multi30k}" --shards-root "$(dirname "${TRIANGLE_SHARDS:-runs/study/shards/multi30k-triangle}")" \
     --runs-root "$STUDY/runs" --out "$STUDY/results" --lid-workers 12
-  # every run's metrics and config, and the evaluation, for the report written on the CPU side
-  tar czf "$OUT_DIR/study_runs.tgz" -C "$STUDY" --exclude '*/checkpoints' --exclude '*/export*' \
-    --exclude '*/monitor' . 2>/dev/null
+  # the report, every model's record (metrics, configs, export manifests: no weights), the cached
+  # evaluations and the hypotheses; copied into docs/results, a later cll-repro reuses them all
+  tar czf "$OUT_DIR/study_results.tgz" -C "$STUDY/results" . 2>/dev/null
 fi
 
 $PY - "$OUT_DIR" <<'EOF'

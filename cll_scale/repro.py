@@ -13,7 +13,9 @@ first; a seed sets both the initialisation and the data order, so the variants o
 the same batches, and the report gives mean ± std over seeds beside each seed's rows; re-running resumes
 each unfinished model from its checkpoint, so a long CPU run can span several sittings; a GPU is
 used when present), evaluates every export on the Multi30k test sets, and writes
-``<out>/<condition>.md`` with the tables, plots, budget, steps, epochs, hardware and command.
+``<out>/<condition>.md`` (``<condition>-seeds.md`` with ``--seeds``) with the tables, plots,
+budget, steps, epochs, hardware and command. A finished model's record (no weights) is kept
+beside the report and stands in for its run directory when that is gone.
 Everything goes under ``runs/repro/`` of the current directory unless told otherwise; the
 project's committed reports are rewritten only with an explicit ``--out docs/results``.
 """
@@ -34,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.checkpointer import chosen_export
+from cll_scale.checkpointer import BEST_EXPORT, chosen_export
 from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
                            pick_device, positive_int, run)
 from cll_scale.config import TrainConfig
@@ -100,14 +102,20 @@ def export_ids(runs: dict[str, Path]) -> dict[str, str]:
             for name, d in runs.items()}
 
 
-def train_command(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> list[str] | None:
-    """The cll-train command that trains (or resumes) one model; None when it is finished."""
+def finished(run_dir: Path, budget: dict) -> bool:
+    """The run spent this budget and exported its last step."""
     state = run_state(run_dir)
     last = state["last"]
     spent = TrainConfig(max_steps=budget["steps"], max_minutes=budget["minutes"]).budget_spent(
         last.get("step", 0), last.get("epoch", 0.0), last.get("elapsed_s", 0.0))
-    if spent and state["exported_step"] == last.get("step"):
-        print(f"[cll-repro] {run_dir.name}: finished ({state['last']['step']} steps), skipping", file=sys.stderr)
+    return spent and state["exported_step"] == last.get("step")
+
+
+def train_command(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> list[str] | None:
+    """The cll-train command that trains (or resumes) one model; None when it is finished."""
+    if finished(run_dir, budget):
+        print(f"[cll-repro] {run_dir.name}: finished ({run_state(run_dir)['last']['step']} steps), skipping",
+              file=sys.stderr)
         return None
     cmd = [sys.executable, "-m", "cll_scale.train", "--recipe", str(recipe), "--data", str(shards),
            "--run-dir", str(run_dir), "--max-minutes", str(budget["minutes"]), "--max-steps", str(budget["steps"])]
@@ -178,6 +186,59 @@ def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int) -> Non
                 log.close()
 
 
+# What a record keeps of a finished run: everything the report and the evaluation cache read,
+# without the weights and checkpoints (about 100 MB a `small` model).
+RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "export/export.json",
+                f"{BEST_EXPORT}/export.json")
+RECORD = "record.json"
+
+
+def training_identity(recipe: Path, overrides: list[str], budget: dict) -> dict:
+    """What decides a trained model: the recipe's bytes, the overrides and the budget."""
+    return {"recipe": recipe.name, "recipe_sha256": hashlib.sha256(recipe.read_bytes()).hexdigest(),
+            "overrides": list(overrides), "budget": budget}
+
+
+def is_record(run_dir: Path) -> bool:
+    return (run_dir / RECORD).is_file()
+
+
+def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
+    """Keep a finished run's metrics, configs and export manifests (not its weights) under the
+    report, so that the report and its cached evaluations outlive the run directory: on machines
+    whose ``runs/`` is gone by the next sitting (a fresh CI or cloud node), a multi-seed study
+    still grows one sitting at a time. ``record.json`` is written last and marks it complete."""
+    (record_dir / RECORD).unlink(missing_ok=True)
+    for rel in RECORD_FILES:
+        if (run_dir / rel).is_file():
+            write_atomic(record_dir / rel, (run_dir / rel).read_bytes())
+    write_atomic(record_dir / RECORD, json.dumps({**identity, "hardware": hardware(), "run_dir": str(run_dir)},
+                                                 indent=1))
+
+
+def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Path, budget: dict) -> dict[str, Path]:
+    """Each model's run directory, or its record where the run directory is gone (never started
+    here) and the record is of the same recipe, overrides and budget; a record of other settings
+    is left alone and the model is trained anew."""
+    chosen = {}
+    for name, run_dir in runs.items():
+        record = records / run_dir.name
+        chosen[name] = run_dir
+        if (run_dir / "metrics.jsonl").exists() or not is_record(record):
+            continue
+        kept = json.loads((record / RECORD).read_text())
+        same = {k: kept.get(k) for k in identities[name]} == identities[name]
+        if same and finished(record, budget):
+            print(f"[cll-repro] {name}: trained before ({kept.get('hardware')}); using its record {record}",
+                  file=sys.stderr)
+            chosen[name] = record
+        else:
+            print(f"[cll-repro] {name}: its record {record} is of another recipe, override or budget "
+                  f"({kept.get('recipe')}, {kept.get('overrides')}, {kept.get('budget')}); training it anew",
+                  file=sys.stderr)
+    return chosen
+
+
 def validation_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
     from cll_scale.plots import plot_validation_over_training
     return plot_validation_over_training({name: d / "metrics.jsonl" for name, d in runs.items()}, out_png)
@@ -198,38 +259,47 @@ def budget_text(budget: dict) -> str:
     return " or ".join(parts) + " of training per model" + (", whichever comes first" if len(parts) > 1 else "")
 
 
-def write_report(condition: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
+def trained_on(run_dir: Path) -> str:
+    """The hardware a run was trained on: its record says so; a run of this sitting, this machine."""
+    return json.loads((run_dir / RECORD).read_text()).get("hardware", "?") if is_record(run_dir) else hardware()
+
+
+def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
                  command: str, out: Path, seed_groups: dict[str, list[str]] | None = None) -> Path:
-    figs = out / condition
+    figs = out / report_name
     figs.mkdir(parents=True, exist_ok=True)
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
             else "same seed, data order and settings for every model")
+    machines = {name: trained_on(d) for name, d in runs.items()}
+    one_machine = len(set(machines.values())) == 1
     lines = [f"# Multi30k, {condition} condition: Baseline vs CLL", "",
              f"Command: `{command}`", "",
-             f"Hardware: {hardware()}. Budget: {budget_text(budget)}; {same} (the recipes differ only in "
-             "the variant's settings).", "",
+             (f"Hardware: {next(iter(machines.values()))}. " if one_machine else
+              "Hardware: per model, in the table below. ") +
+             f"Budget: {budget_text(budget)}; {same} (the recipes differ only in the variant's settings).", "",
              "Evaluated checkpoint: the one with the lowest supervised validation NLL (`export-best/`; "
              "zero-shot directions play no part in the choice), else the last one.", "",
              "| model | steps | epochs | target tokens seen | training minutes | last train NLL | last valid NLL "
-             "| evaluated step |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| evaluated step |" + ("" if one_machine else " trained on |"),
+             "|---|---:|---:|---:|---:|---:|---:|---:|" + ("" if one_machine else "---|")]
     for name, run_dir in runs.items():
         last = run_state(run_dir)["last"]
         valid = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if "valid_nll" in x]
         lines.append(f"| {name} | {last.get('step', 0)} | {last.get('epoch', 0):.2f} | {last.get('tokens_seen', 0):,} "
                      f"| {last.get('elapsed_s', 0) / 60:.1f} | {last.get('nll', float('nan')):.3f} | "
                      f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} | "
-                     f"{json.loads((chosen_export(run_dir) / 'export.json').read_text())['step']} |")
+                     f"{json.loads((chosen_export(run_dir) / 'export.json').read_text())['step']} |"
+                     + ("" if one_machine else f" {machines[name]} |"))
     curve = validation_curve_png(runs, figs / "validation_over_training.png")
     if curve:
-        lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({condition}/{curve.name})"]
+        lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({report_name}/{curve.name})"]
     for split, report in reports.items():
         lines += ["", f"## {split}", ""]
         if seed_groups:
             lines += ["Mean ± sample standard deviation over seeds, then every model of every seed.", "",
                       seed_table(report, seed_groups)]
         lines += [markdown(report), *plot_links(report, figs, f"{split}_")]
-    path = out / f"{condition}.md"
+    path = out / f"{report_name}.md"
     write_atomic(path, "\n".join(lines) + "\n")
     return path
 
@@ -346,6 +416,11 @@ def reproduce(args, argv) -> int:
     budget = {"steps": args.steps_per_model,
               "minutes": args.minutes_per_model or (0.0 if args.steps_per_model else 90.0)}
     runs, recipe_of, overrides, groups = plan_runs(args)
+    # A multi-seed study is its own report (``<condition>-seeds.md``) beside the one-seed one.
+    report_name = args.condition + ("-paper" if args.settings == "paper" else "") + ("-seeds" if args.seeds else "")
+    figs = Path(args.out) / report_name
+    identities = {name: training_identity(recipe_of[name], overrides[name] + args.set, budget) for name in runs}
+    runs = use_records(runs, identities, figs / "records", budget)
     if args.eval_only:
         absent = [str(chosen_export(d)) for d in runs.values() if not (chosen_export(d) / "export.json").exists()]
         if absent:
@@ -360,8 +435,6 @@ def reproduce(args, argv) -> int:
     reports = {}
     device = pick_device(None)
     exports = export_ids(runs)
-    report_name = args.condition + ("-paper" if args.settings == "paper" else "")
-    figs = Path(args.out) / report_name
     decoding = {"beam": args.beam, "max_sentences": args.max_sentences, "ablate_lsl": args.ablate_lsl,
                 "lid": list(args.lid)}
     with lid_pool(args.lid_workers) as pool:         # its workers start with the first job scored
@@ -379,6 +452,13 @@ def reproduce(args, argv) -> int:
                           f"reusing {cached}", file=sys.stderr)
                     entries.update(previous["entries"])
                     continue
+                if is_record(run_dir):
+                    raise ValueError(
+                        f"{name}: only its record is left ({run_dir}: no weights), and it was not evaluated on "
+                        f"{split} with these settings ({json.dumps(decoding)}; before: "
+                        f"{json.dumps({k: v for k, v in previous.get('settings', {}).items() if k != 'export'})}"
+                        f"): evaluate with the settings it was evaluated with, or move the record away to train "
+                        f"it again")
                 print(f"[cll-repro] evaluating on {split}: {name}", file=sys.stderr)
                 if pairs is None:
                     pairs = pairs_from_shards(shards, split)
@@ -391,7 +471,10 @@ def reproduce(args, argv) -> int:
             reports[split] = summarize(entries, f"Multi30k {split}", args.beam, args.lid,
                                        log=lambda s: print(s, file=sys.stderr))
             write_atomic(figs / f"{split}.json", json.dumps(reports[split], indent=1, ensure_ascii=False))
-    path = write_report(report_name, runs, reports, budget, command, Path(args.out),
+    for name, run_dir in runs.items():     # every evaluation is cached now: the record suffices
+        if not is_record(run_dir) and finished(run_dir, budget):
+            write_record(run_dir, figs / "records" / run_dir.name, identities[name])
+    path = write_report(args.condition, report_name, runs, reports, budget, command, Path(args.out),
                         groups if args.seeds else None)
     print(path.read_text())
     return 0

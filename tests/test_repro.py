@@ -26,7 +26,7 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
             "--set", "train.ds_config=cpu_fp32.json"]
     first = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
-    report = (tmp_path / "results" / "triangle.md").read_text()
+    report = (tmp_path / "results" / "triangle-seeds.md").read_text()
     assert "| baseline seed1 |" in report and "| fcll seed2 |" in report and "## test_2016_flickr" in report
     # seed 1 of every variant trains first; a seed sets the data order and the initialisation
     order = [line.split("--run-dir ")[1].split()[0].rsplit("/", 1)[1] for line in first.stderr.splitlines()
@@ -38,31 +38,50 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
         # two at a time: each run's output went to its own log
         assert "[cll-train]" in (tmp_path / "runs" / f"multi30k-triangle-baseline-seed{seed}" / "train.log").read_text()
     # the mean ± std row of each variant is computed from its seeds' rows
-    evaluated = json.loads((tmp_path / "results" / "triangle" / "test_2016_flickr.json").read_text())["models"]
+    evaluated = json.loads((tmp_path / "results" / "triangle-seeds" / "test_2016_flickr.json").read_text())["models"]
     sup = [evaluated[f"fcll seed{s}"]["averages"]["supervised"]["bleu"] for s in (1, 2)]
     mean, std = sum(sup) / 2, abs(sup[0] - sup[1]) / 2 ** 0.5
     assert "| fcll | 2 |" in report and f"{mean:.2f} ± {std:.2f} |" in report
     assert "fr-de" in report and "zero-shot" in report and "Hardware:" in report
-    assert (tmp_path / "results" / "triangle" / "test_2016_flickr_bleu_offtarget.png").is_file()
-    assert (tmp_path / "results" / "triangle" / "validation_over_training.png").is_file()
+    assert (tmp_path / "results" / "triangle-seeds" / "test_2016_flickr_bleu_offtarget.png").is_file()
+    assert (tmp_path / "results" / "triangle-seeds" / "validation_over_training.png").is_file()
     second = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stderr.count("finished") == 4 and "cll_scale.train" not in second.stderr
     assert "reusing" in second.stderr and "evaluating on" not in second.stderr
-    assert (tmp_path / "results" / "triangle.md").read_text() == report
+    assert (tmp_path / "results" / "triangle-seeds.md").read_text() == report
+    # A fresh machine: the run directories are gone, the records beside the report are not. The
+    # same command trains and decodes nothing and writes the same report from them.
+    records = tmp_path / "results" / "triangle-seeds" / "records"
+    assert sorted(p.name for p in records.iterdir()) == sorted(order)
+    kept = json.loads((records / "multi30k-triangle-fcll-seed2" / "record.json").read_text())
+    assert kept["overrides"][:2] == ["train.seed=2", "data.seed=2"] and kept["recipe"] == "multi30k_triangle_fcll.yaml"
+    assert not list(records.rglob("*.pt")) and not list(records.rglob("checkpoints"))
+    (tmp_path / "runs").rename(tmp_path / "runs-gone")
+    fresh = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert fresh.stderr.count("using its record") == 4 and "cll_scale.train" not in fresh.stderr
+    assert "evaluating on" not in fresh.stderr
+    assert (tmp_path / "results" / "triangle-seeds.md").read_text() == report
+    # ... and a record cannot be decoded again: other decoding settings are refused with the reason
+    refused = subprocess.run(args + ["--eval-only", "--beam", "2"], cwd=ROOT, env=ENV, capture_output=True,
+                             text=True, timeout=900)
+    assert refused.returncode != 0 and "only its record is left" in refused.stderr
+    assert '"beam": 1' in refused.stderr           # it says what the record was evaluated with
+    (tmp_path / "runs-gone").rename(tmp_path / "runs")
     third = subprocess.run(args + ["--eval-only", "--beam", "2"], cwd=ROOT, env=ENV, capture_output=True, text=True,
                            timeout=900)
     assert third.returncode == 0, third.stderr[-3000:]
     assert "evaluating on test_2016_flickr" in third.stderr and "reusing" not in third.stderr
     # Each model's evaluation is kept on its own: with one of them gone, only that model decodes.
-    (tmp_path / "results" / "triangle" / "evaluated" / "test_2016_flickr" / "fcll_seed2.json").unlink()
+    (tmp_path / "results" / "triangle-seeds" / "evaluated" / "test_2016_flickr" / "fcll_seed2.json").unlink()
     fourth = subprocess.run(args + ["--eval-only", "--beam", "2"], cwd=ROOT, env=ENV, capture_output=True,
                             text=True, timeout=900)
     assert fourth.returncode == 0, fourth.stderr[-3000:]
     assert [x for x in fourth.stderr.splitlines() if "evaluating on" in x] == \
         ["[cll-repro] evaluating on test_2016_flickr: fcll seed2"]
     assert fourth.stderr.count("reusing") == 3
-    merged = json.loads((tmp_path / "results" / "triangle" / "test_2016_flickr.json").read_text())["models"]
+    merged = json.loads((tmp_path / "results" / "triangle-seeds" / "test_2016_flickr.json").read_text())["models"]
     assert {f"{v} seed{s}" for v in ("baseline", "fcll") for s in (1, 2)} <= set(merged)
 
 
@@ -137,3 +156,34 @@ def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_pa
         if b"cll_scale.train" in argv and any(a.startswith(str(runs).encode()) for a in argv):
             left.append(b" ".join(argv).decode(errors="replace"))
     assert not left, left                               # no training goes on alone
+
+
+def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_path):
+    """A record (a finished run without its weights) replaces a missing run directory only when the
+    recipe's bytes, the overrides and the budget are those it was trained with, and never a run
+    directory that exists here."""
+    from cll_scale.repro import finished, training_identity, use_records, write_record
+    recipe = tmp_path / "multi30k_triangle_fcll.yaml"
+    recipe.write_text("preset: tiny\n")
+    budget = {"steps": 10, "minutes": 0.0}
+    run = tmp_path / "runs" / "multi30k-triangle-fcll-seed1"
+    (run / "export").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "epoch": 0.1, "elapsed_s": 5.0}) + "\n")
+    (run / "export" / "export.json").write_text(json.dumps({"step": 10}))
+    (run / "export" / "model.pt").write_bytes(b"weights")
+    assert finished(run, budget)
+    identity = training_identity(recipe, ["train.seed=1"], budget)
+    records = tmp_path / "results" / "records"
+    write_record(run, records / run.name, identity)
+    assert not (records / run.name / "export" / "model.pt").exists()
+    here = {"fcll seed1": run}
+    assert use_records(here, {"fcll seed1": identity}, records, budget) == here      # the run is here
+    gone = {"fcll seed1": tmp_path / "elsewhere" / run.name}
+    assert use_records(gone, {"fcll seed1": identity}, records, budget) == {"fcll seed1": records / run.name}
+    other = training_identity(recipe, ["train.seed=1", "train.lr=1e-4"], budget)
+    assert use_records(gone, {"fcll seed1": other}, records, budget) == gone
+    longer = {"steps": 20, "minutes": 0.0}
+    assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], longer)}, records, longer) == gone
+    recipe.write_text("preset: small\n")                  # the recipe changed since
+    assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
+                       budget) == gone
