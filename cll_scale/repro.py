@@ -96,10 +96,9 @@ def run_state(run_dir: Path) -> dict:
     return {"last": last, "exported_step": exported_step}
 
 
-def export_ids(runs: dict[str, Path]) -> dict[str, str]:
-    """Each evaluated export's identity: the hash of its export.json, which holds every file's sha256."""
-    return {name: hashlib.sha256((chosen_export(d) / "export.json").read_bytes()).hexdigest()
-            for name, d in runs.items()}
+def export_id(run_dir: Path) -> str:
+    """The evaluated export's identity: the hash of its export.json, which holds every file's sha256."""
+    return hashlib.sha256((chosen_export(run_dir) / "export.json").read_bytes()).hexdigest()
 
 
 def finished(run_dir: Path, budget: dict) -> bool:
@@ -144,18 +143,19 @@ class Stopped(RuntimeError):
         self.exit_code = 128 + signum
 
 
-def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int) -> None:
+def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=None) -> None:
     """Run the training commands in order, ``parallel`` at a time (one GPU holds several small
     models; each process picks its own free port). With more than one at a time each writes its
-    output to ``<run dir>/train.log``; the first failure stops the others and is raised. A SIGTERM
+    output to ``<run dir>/train.log``; the first failure stops the others and is raised.
+    ``done(name)`` runs as each training ends well, while the others go on. A SIGTERM
     to cll-repro (a job scheduler's stop) is passed on to the running trainings, which checkpoint
     their step and stop: without that they would go on alone, holding their run directories."""
     def stop(signum, frame):
         raise Stopped(signum)
     previous = signal.signal(signal.SIGTERM, stop)
-    waiting, running = list(commands), []
+    waiting, running, ended = list(commands), [], []
     try:
-        while waiting or running:
+        while waiting or running or ended:
             while waiting and len(running) < parallel:
                 name, run_dir, cmd = waiting.pop(0)
                 log, log_path = None, None
@@ -165,6 +165,8 @@ def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int) -> Non
                     log = open(log_path, "a")
                 running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log and subprocess.STDOUT),
                                 log, log_path))
+            while ended:                 # after the next trainings started, so no slot waits on it
+                done(ended.pop(0))
             time.sleep(0.5)
             for item in list(running):
                 name, proc, log, log_path = item
@@ -176,6 +178,8 @@ def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int) -> Non
                 if proc.returncode:
                     raise StepFailed(f"training {name}" + (f" (its output: {log_path})" if log_path else ""),
                                      proc.returncode)
+                if done:
+                    ended.append(name)
     finally:
         signal.signal(signal.SIGTERM, previous)
         for _, proc, _, _ in running:
@@ -304,6 +308,58 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
     return path
 
 
+class Evaluations:
+    """Each model's evaluation on every test split, kept on its own under
+    ``<report>/evaluated/<split>/<model>.json`` and keyed by its export and the decoding settings:
+    a re-run after an interruption, or with more seeds, decodes only what is new."""
+
+    def __init__(self, args, shards: Path, splits: list[str], figs: Path, pool):
+        self.args, self.shards, self.splits, self.figs, self.pool = args, shards, splits, figs, pool
+        self.decoding = {"beam": args.beam, "max_sentences": args.max_sentences, "ablate_lsl": args.ablate_lsl,
+                         "lid": list(args.lid)}
+        self.done: dict[str, dict[str, dict]] = {}
+        self.test_sets: dict[str, tuple] = {}       # read only if some model has to be decoded
+
+    def test_set(self, split: str) -> tuple:
+        if split not in self.test_sets:
+            pairs = pairs_from_shards(self.shards, split)
+            self.test_sets[split] = pairs, select_directions(pairs, None, split)
+        return self.test_sets[split]
+
+    def of(self, name: str, run_dir: Path) -> dict[str, dict]:
+        """split -> the model's report entries, decoded now where no cached one fits."""
+        if name in self.done:
+            return self.done[name]
+        settings = {"export": export_id(run_dir), **self.decoding}
+        result, translator = {}, None
+        for split in self.splits:
+            cached = self.figs / "evaluated" / split / f"{file_name(name)}.json"
+            previous = json.loads(cached.read_text()) if cached.exists() else {}
+            if previous.get("settings") == settings:
+                print(f"[cll-repro] {split}: {name} evaluated before with this export and these settings, "
+                      f"reusing {cached}", file=sys.stderr)
+                result[split] = previous["entries"]
+                continue
+            if is_record(run_dir):
+                before = {k: v for k, v in previous.get("settings", {}).items() if k != "export"}
+                raise ValueError(
+                    f"{name}: only its record is left ({run_dir}: no weights), and it was not evaluated on "
+                    f"{split} with these settings ({json.dumps(self.decoding)}; before: {json.dumps(before)}): "
+                    f"evaluate with the settings it was evaluated with, or move the record away to train it again")
+            print(f"[cll-repro] evaluating on {split}: {name}", file=sys.stderr)
+            if translator is None:
+                translator = Translator.load(chosen_export(run_dir), pick_device(None),
+                                             TranslateConfig(DecodeConfig(beam=self.args.beam)))
+            pairs, directions = self.test_set(split)
+            result[split] = evaluate_entries(translator, name, pairs, directions, self.args.max_sentences,
+                                             self.args.ablate_lsl, lambda s: print(s, file=sys.stderr),
+                                             self.args.lid, self.pool, self.figs / "hyps" / split)
+            write_atomic(cached, json.dumps({"settings": settings, "entries": result[split]}, indent=1,
+                                            ensure_ascii=False))
+        self.done[name] = result
+        return result
+
+
 def seed_list(text: str) -> list[int]:
     seeds = [positive_int(x) for x in csv_list(text)]
     if not seeds or len(set(seeds)) != len(seeds):
@@ -428,52 +484,31 @@ def reproduce(args, argv) -> int:
                              f"--eval-only) or point --runs-root at the runs")
     shards = Path(args.shards_root) / f"multi30k-{args.condition}"
     build_shards(args.condition, args.multi30k, shards)
-    if not args.eval_only:
-        commands = [(name, run_dir, cmd) for name, run_dir in runs.items()
-                    if (cmd := train_command(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set))]
-        train_all(commands, args.parallel)
-    reports = {}
-    device = pick_device(None)
-    exports = export_ids(runs)
-    decoding = {"beam": args.beam, "max_sentences": args.max_sentences, "ablate_lsl": args.ablate_lsl,
-                "lid": list(args.lid)}
+    splits = args.splits.split(",")
     with lid_pool(args.lid_workers) as pool:         # its workers start with the first job scored
-        for split in args.splits.split(","):
-            pairs = None                              # read only if some model has to be decoded
-            entries = {}
-            # Each model's evaluation is kept on its own, keyed by its export and the settings: a
-            # re-run after an interruption, or with more seeds, decodes only what is new.
-            for name, run_dir in runs.items():
-                settings = {"export": exports[name], **decoding}
-                cached = figs / "evaluated" / split / f"{file_name(name)}.json"
-                previous = json.loads(cached.read_text()) if cached.exists() else {}
-                if previous.get("settings") == settings:
-                    print(f"[cll-repro] {split}: {name} evaluated before with this export and these settings, "
-                          f"reusing {cached}", file=sys.stderr)
-                    entries.update(previous["entries"])
-                    continue
-                if is_record(run_dir):
-                    raise ValueError(
-                        f"{name}: only its record is left ({run_dir}: no weights), and it was not evaluated on "
-                        f"{split} with these settings ({json.dumps(decoding)}; before: "
-                        f"{json.dumps({k: v for k, v in previous.get('settings', {}).items() if k != 'export'})}"
-                        f"): evaluate with the settings it was evaluated with, or move the record away to train "
-                        f"it again")
-                print(f"[cll-repro] evaluating on {split}: {name}", file=sys.stderr)
-                if pairs is None:
-                    pairs = pairs_from_shards(shards, split)
-                    directions = select_directions(pairs, None, split)
-                translator = Translator.load(chosen_export(run_dir), device, TranslateConfig(DecodeConfig(beam=args.beam)))
-                new = evaluate_entries(translator, name, pairs, directions, args.max_sentences, args.ablate_lsl,
-                                       lambda s: print(s, file=sys.stderr), args.lid, pool, figs / "hyps" / split)
-                write_atomic(cached, json.dumps({"settings": settings, "entries": new}, indent=1, ensure_ascii=False))
-                entries.update(new)
-            reports[split] = summarize(entries, f"Multi30k {split}", args.beam, args.lid,
-                                       log=lambda s: print(s, file=sys.stderr))
-            write_atomic(figs / f"{split}.json", json.dumps(reports[split], indent=1, ensure_ascii=False))
-    for name, run_dir in runs.items():     # every evaluation is cached now: the record suffices
-        if not is_record(run_dir) and finished(run_dir, budget):
-            write_record(run_dir, figs / "records" / run_dir.name, identities[name])
+        evaluations = Evaluations(args, shards, splits, figs, pool)
+
+        def settle(name: str) -> None:
+            """Evaluate a trained model now, and keep its record: a sitting that ends while other
+            models train loses none of the finished ones."""
+            if name in evaluations.done:
+                return
+            evaluations.of(name, runs[name])
+            if not is_record(runs[name]) and finished(runs[name], budget):
+                write_record(runs[name], figs / "records" / runs[name].name, identities[name])
+
+        if not args.eval_only:
+            commands = [(name, run_dir, cmd) for name, run_dir in runs.items()
+                        if (cmd := train_command(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set))]
+            train_all(commands, args.parallel, done=settle)
+        for name in runs:
+            settle(name)
+    reports = {}
+    for split in splits:
+        entries = {k: v for name in runs for k, v in evaluations.of(name, runs[name])[split].items()}
+        reports[split] = summarize(entries, f"Multi30k {split}", args.beam, args.lid,
+                                   log=lambda s: print(s, file=sys.stderr))
+        write_atomic(figs / f"{split}.json", json.dumps(reports[split], indent=1, ensure_ascii=False))
     path = write_report(args.condition, report_name, runs, reports, budget, command, Path(args.out),
                         groups if args.seeds else None)
     print(path.read_text())

@@ -187,3 +187,34 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     recipe.write_text("preset: small\n")                  # the recipe changed since
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
                        budget) == gone
+
+
+def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
+    """train_all calls done(name) as each training ends well (cll-repro evaluates and records the
+    model then, so a sitting cut short keeps the finished ones), after the freed slot took the next
+    training, and while the longer one still runs."""
+    from cll_scale.repro import StepFailed, train_all
+
+    def job(name, seconds, code=0):
+        mark = str(tmp_path / name)
+        script = f"import pathlib, sys, time; pathlib.Path({mark!r}).touch(); time.sleep({seconds}); " \
+                 f"pathlib.Path({mark + '.end'!r}).touch(); sys.exit({code})"
+        return name, tmp_path / f"run-{name}", [sys.executable, "-c", script]
+
+    calls = []
+
+    def done(name):
+        calls.append(name)
+        if name == "short":
+            assert (tmp_path / "long").exists() and not (tmp_path / "long.end").exists()   # still running
+            deadline = time.time() + 10
+            while not (tmp_path / "next").exists():         # the freed slot already took "next"
+                assert time.time() < deadline
+                time.sleep(0.05)
+
+    started = time.time()
+    train_all([job("short", 0.2), job("long", 4), job("next", 0.2)], parallel=2, done=done)
+    assert calls[0] == "short" and sorted(calls) == ["long", "next", "short"] and time.time() - started < 30
+    with pytest.raises(StepFailed, match="training broken"):
+        train_all([job("broken", 0, code=3)], parallel=1, done=calls.append)
+    assert calls[-1] != "broken"
