@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -211,13 +212,19 @@ def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
     """Keep a finished run's metrics, configs and export manifests (not its weights) under the
     report, so that the report and its cached evaluations outlive the run directory: on machines
     whose ``runs/`` is gone by the next sitting (a fresh CI or cloud node), a multi-seed study
-    still grows one sitting at a time. ``record.json`` is written last and marks it complete."""
-    (record_dir / RECORD).unlink(missing_ok=True)
+    still grows one sitting at a time. Written beside it and renamed into place, so a record is
+    whole, and holds nothing of an earlier one (an ``export-best/`` the new run did not make)."""
+    fresh, old = record_dir.with_name(f".{record_dir.name}.new"), record_dir.with_name(f".{record_dir.name}.old")
+    for leftover in (fresh, old):
+        shutil.rmtree(leftover, ignore_errors=True)
     for rel in RECORD_FILES:
         if (run_dir / rel).is_file():
-            write_atomic(record_dir / rel, (run_dir / rel).read_bytes())
-    write_atomic(record_dir / RECORD, json.dumps({**identity, "hardware": hardware(), "run_dir": str(run_dir)},
-                                                 indent=1))
+            write_atomic(fresh / rel, (run_dir / rel).read_bytes())
+    write_atomic(fresh / RECORD, json.dumps({**identity, "hardware": hardware(), "run_dir": str(run_dir)}, indent=1))
+    if record_dir.exists():
+        record_dir.rename(old)
+    fresh.rename(record_dir)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Path, budget: dict) -> dict[str, Path]:

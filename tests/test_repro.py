@@ -176,6 +176,12 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     records = tmp_path / "results" / "records"
     write_record(run, records / run.name, identity)
     assert not (records / run.name / "export" / "model.pt").exists()
+    (records / run.name / "export-best").mkdir()            # left from an earlier record of this run
+    (records / run.name / "export-best" / "export.json").write_text(json.dumps({"step": 5}))
+    write_record(run, records / run.name, identity)
+    assert sorted(p.name for p in records.iterdir()) == [run.name]
+    assert sorted(str(p.relative_to(records / run.name)) for p in (records / run.name).rglob("*.json")) == \
+        ["export/export.json", "record.json"]
     here = {"fcll seed1": run}
     assert use_records(here, {"fcll seed1": identity}, records, budget) == here      # the run is here
     gone = {"fcll seed1": tmp_path / "elsewhere" / run.name}
