@@ -275,6 +275,24 @@ def trained_on(run_dir: Path) -> str:
     return json.loads((run_dir / RECORD).read_text()).get("hardware", "?") if is_record(run_dir) else hardware()
 
 
+def validation_table(runs: dict[str, Path]) -> list[str]:
+    """The plot's numbers: zero-shot off-target and supervised BLEU on validation at each
+    validated step, one row a model (empty when no run validated)."""
+    curves = {name: {row["step"]: row for row in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
+                     if "valid_zero_shot_offtarget" in row} for name, d in runs.items()}
+    steps = sorted({step for curve in curves.values() for step in curve})
+    if not steps:
+        return []
+    lines = ["", "Validation over training (greedy, the first `train.valid_decode_sentences` sentences of each "
+             "direction; off-target with the restricted language ID): zero-shot off-target % / supervised BLEU.",
+             "", "| model | " + " | ".join(f"{s:,}" for s in steps) + " |", "|---|" + "---:|" * len(steps)]
+    for name, curve in curves.items():
+        cells = [f"{curve[s]['valid_zero_shot_offtarget']:.0f} / {curve[s].get('valid_bleu', float('nan')):.1f}"
+                 if s in curve else "–" for s in steps]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
                  command: str, out: Path, seed_groups: dict[str, list[str]] | None = None) -> Path:
     figs = out / report_name
@@ -304,6 +322,7 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
     curve = validation_curve_png(runs, figs / "validation_over_training.png")
     if curve:
         lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({report_name}/{curve.name})"]
+    lines += validation_table(runs)
     for split, report in reports.items():
         lines += ["", f"## {split}", ""]
         if seed_groups:

@@ -45,6 +45,12 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     assert "fr-de" in report and "zero-shot" in report and "Hardware:" in report
     assert (tmp_path / "results" / "triangle-seeds" / "test_2016_flickr_bleu_offtarget.png").is_file()
     assert (tmp_path / "results" / "triangle-seeds" / "validation_over_training.png").is_file()
+    # ... and its numbers: each model's validated steps, off-target / BLEU
+    curve = [json.loads(x) for x in (tmp_path / "runs" / "multi30k-triangle-fcll-seed1" / "metrics.jsonl")
+             .read_text().splitlines() if "valid_zero_shot_offtarget" in x]
+    row = next(x for x in report.splitlines() if x.startswith("| fcll seed1 | ") and " / " in x)
+    assert row.count(" / ") == len(curve) >= 1
+    assert f"{curve[-1]['valid_zero_shot_offtarget']:.0f} / {curve[-1]['valid_bleu']:.1f}" in row
     second = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stderr.count("finished") == 4 and "cll_scale.train" not in second.stderr
