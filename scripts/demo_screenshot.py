@@ -6,7 +6,7 @@ exports, type the sentence in a headless Chromium and save the page.
     .venv/bin/python scripts/demo_screenshot.py \\
         --model baseline=runs/study/runs/multi30k-triangle-baseline-seed1/export-best \\
         --model fcll=runs/study/runs/multi30k-triangle-fcll-seed1/export-best \\
-        --hyps runs/study/results/triangle/hyps/test_2016_flickr \\
+        --hyps docs/results/triangle-seeds/hyps/test_2016_flickr --hyps-names baseline_seed1,fcll_seed1 \\
         --data runs/study/shards/multi30k-triangle --split test_2016_flickr --direction de-cs
 
 ``--text`` skips the choice. The chosen sentence, each model's stored output and its language are
@@ -32,13 +32,15 @@ from cll_scale.manifest import Manifest  # noqa: E402
 
 
 def choose(models: list[str], hyps: Path, data: Path, split: str, direction: Direction,
-           shortest: int, longest: int) -> tuple[str, dict[str, str]]:
+           shortest: int, longest: int, stored: list[str] | None = None) -> tuple[str, dict[str, str]]:
     """The first source sentence (``shortest``..``longest`` characters) whose output from the first
     model is off-target and from every other model on target (langdetect restricted to the
-    model's languages, the paper's measure)."""
+    model's languages, the paper's measure). ``stored``: the models' names in the hypotheses
+    folder, where they differ from the names shown."""
     m = Manifest.load(data)
     sources = m.read_direction(data, split, direction, ["src_text"]).column("src_text").to_pylist()
-    outputs = {name: (hyps / name / "default" / f"{direction}.txt").read_text().splitlines() for name in models}
+    outputs = {name: (hyps / folder / "default" / f"{direction}.txt").read_text().splitlines()
+               for name, folder in zip(models, stored or models)}
     first, *others = models
     for i, src in enumerate(sources[:min(map(len, outputs.values()))]):
         if not shortest <= len(src) <= longest:
@@ -101,6 +103,9 @@ def main(argv=None) -> int:
     p.add_argument("--text", help="the sentence to type; otherwise chosen from --hyps")
     p.add_argument("--hyps", type=Path, help="hyps/<split> directory that cll-eval or cll-repro wrote")
     p.add_argument("--data", type=Path, help="the shard directory the hypotheses were decoded from")
+    p.add_argument("--hyps-names", type=lambda t: t.split(","),
+                   help="the models' folders under --hyps, in --model order, where they are not the names "
+                        "shown (cll-repro --seeds stores 'baseline seed1' as baseline_seed1)")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--chars", type=int, nargs=2, default=(40, 90), metavar=("MIN", "MAX"),
                    help="length of the sentence chosen, in characters")
@@ -112,7 +117,10 @@ def main(argv=None) -> int:
     if args.text is None:
         if args.hyps is None or args.data is None:
             p.error("--hyps and --data choose the sentence; or give --text")
-        args.text, outputs = choose(models, args.hyps, args.data, args.split, args.direction, *args.chars)
+        if args.hyps_names and len(args.hyps_names) != len(models):
+            p.error(f"--hyps-names names {len(args.hyps_names)} folders for {len(models)} models")
+        args.text, outputs = choose(models, args.hyps, args.data, args.split, args.direction, *args.chars,
+                                    stored=args.hyps_names)
         print(f"chosen: {args.text}")
         for name, out in outputs.items():
             print(f"  {name}: {out}")
