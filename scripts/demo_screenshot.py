@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.engine import free_port  # noqa: E402
-from cll_scale.langid import detect  # noqa: E402
+from cll_scale.langid import Lingua, detect  # noqa: E402
 from cll_scale.languages import Direction  # noqa: E402
 from cll_scale.manifest import Manifest  # noqa: E402
 
@@ -35,18 +35,22 @@ def choose(models: list[str], hyps: Path, data: Path, split: str, direction: Dir
            shortest: int, longest: int, stored: list[str] | None = None) -> tuple[str, dict[str, str]]:
     """The first source sentence (``shortest``..``longest`` characters) whose output from the first
     model is off-target and from every other model on target (langdetect restricted to the
-    model's languages, the paper's measure). ``stored``: the models' names in the hypotheses
-    folder, where they differ from the names shown."""
+    model's languages, the paper's measure), wholly: lingua finds no run of another language in
+    it, so a code-switched output that langdetect happens to call on target is not shown as
+    the phenomenon. ``stored``: the models' names in the hypotheses folder, where they differ
+    from the names shown."""
     m = Manifest.load(data)
     sources = m.read_direction(data, split, direction, ["src_text"]).column("src_text").to_pylist()
     outputs = {name: (hyps / folder / "default" / f"{direction}.txt").read_text().splitlines()
                for name, folder in zip(models, stored or models)}
     first, *others = models
+    lingua = Lingua(m.languages)
     for i, src in enumerate(sources[:min(map(len, outputs.values()))]):
         if not shortest <= len(src) <= longest:
             continue
         langs = {name: detect(outputs[name][i], m.languages) for name in models}
-        if langs[first] != direction.tgt and all(langs[o] == direction.tgt for o in others):
+        if langs[first] != direction.tgt and all(langs[o] == direction.tgt for o in others) and \
+                all({lang for lang, _ in lingua.spans(outputs[o][i])} == {direction.tgt} for o in others):
             return src, {name: f"{outputs[name][i]}  [{langs[name]}]" for name in models}
     raise SystemExit(f"no sentence of {split} {direction} is off-target for {first} and on target for "
                      f"{', '.join(others)}; pass --text")
