@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.cli import csv_list  # noqa: E402
 from cll_scale.engine import free_port  # noqa: E402
 from cll_scale.langid import Lingua, detect  # noqa: E402
 from cll_scale.languages import Direction  # noqa: E402
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
     p.add_argument("--text", help="the sentence to type; otherwise chosen from --hyps")
     p.add_argument("--hyps", type=Path, help="hyps/<split> directory that cll-eval or cll-repro wrote")
     p.add_argument("--data", type=Path, help="the shard directory the hypotheses were decoded from")
-    p.add_argument("--hyps-names", type=lambda t: t.split(","),
+    p.add_argument("--hyps-names", type=csv_list,
                    help="the models' folders under --hyps, in --model order, where they are not the names "
                         "shown (cll-repro --seeds stores 'baseline seed1' as baseline_seed1)")
     p.add_argument("--split", default="test_2016_flickr")
