@@ -80,6 +80,14 @@ class MetricsWindow:
                            tokens_per_s=tokens / max(sums["seconds"], 1e-9), skipped=len(skipped), **fields)
 
 
+def read_rows(path: Path) -> list[dict]:
+    """Every line of a run's ``metrics.jsonl`` (none when the run has not logged yet)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 class MetricsLog:
     """``metrics.jsonl`` (rank 0 writes; every line is one JSON object with a ``step``)."""
 

@@ -44,6 +44,7 @@ from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import (evaluate_entries, file_name, lid_pool, markdown, pairs_from_shards,
                                 select_directions, summarize)
+from cll_scale.metrics import read_rows
 from cll_scale.outputs import write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -83,15 +84,14 @@ def build_shards(condition: str, multi30k: str, shards: Path) -> None:
     sh(cmd, f"building the {condition} shards")
 
 
+def last_train_row(rows: list[dict]) -> dict:
+    """The last training line of a run's metrics (validation lines carry no loss)."""
+    return next((row for row in reversed(rows) if "loss" in row), {})
+
+
 def run_state(run_dir: Path) -> dict:
     """Where a run stands: its last metrics line and whether the export is current."""
-    metrics = run_dir / "metrics.jsonl"
-    last = {}
-    if metrics.exists():
-        for line in metrics.read_text().splitlines():
-            row = json.loads(line)
-            if "loss" in row:
-                last = row
+    last = last_train_row(read_rows(run_dir / "metrics.jsonl"))
     export = run_dir / "export" / "export.json"
     exported_step = json.loads(export.read_text()).get("step") if export.exists() else None
     return {"last": last, "exported_step": exported_step}
@@ -102,9 +102,9 @@ def export_id(run_dir: Path) -> str:
     return hashlib.sha256((chosen_export(run_dir) / "export.json").read_bytes()).hexdigest()
 
 
-def finished(run_dir: Path, budget: dict) -> bool:
-    """The run spent this budget and exported its last step."""
-    state = run_state(run_dir)
+def finished(run_dir: Path, budget: dict, state: dict | None = None) -> bool:
+    """The run spent this budget and exported its last step (``state``: its run_state, if read)."""
+    state = state or run_state(run_dir)
     last = state["last"]
     spent = TrainConfig(max_steps=budget["steps"], max_minutes=budget["minutes"]).budget_spent(
         last.get("step", 0), last.get("epoch", 0.0), last.get("elapsed_s", 0.0))
@@ -113,9 +113,9 @@ def finished(run_dir: Path, budget: dict) -> bool:
 
 def train_command(recipe: Path, run_dir: Path, shards: Path, budget: dict, overrides: list[str]) -> list[str] | None:
     """The cll-train command that trains (or resumes) one model; None when it is finished."""
-    if finished(run_dir, budget):
-        print(f"[cll-repro] {run_dir.name}: finished ({run_state(run_dir)['last']['step']} steps), skipping",
-              file=sys.stderr)
+    state = run_state(run_dir)
+    if finished(run_dir, budget, state):
+        print(f"[cll-repro] {run_dir.name}: finished ({state['last']['step']} steps), skipping", file=sys.stderr)
         return None
     cmd = [sys.executable, "-m", "cll_scale.train", "--recipe", str(recipe), "--data", str(shards),
            "--run-dir", str(run_dir), "--max-minutes", str(budget["minutes"]), "--max-steps", str(budget["steps"])]
@@ -270,16 +270,17 @@ def budget_text(budget: dict) -> str:
     return " or ".join(parts) + " of training per model" + (", whichever comes first" if len(parts) > 1 else "")
 
 
-def trained_on(run_dir: Path) -> str:
-    """The hardware a run was trained on: its record says so; a run of this sitting, this machine."""
-    return json.loads((run_dir / RECORD).read_text()).get("hardware", "?") if is_record(run_dir) else hardware()
+def trained_on(run_dir: Path, here: str) -> str:
+    """The hardware a run was trained on: its record says so; a run of this sitting, ``here``."""
+    return json.loads((run_dir / RECORD).read_text()).get("hardware", "?") if is_record(run_dir) else here
 
 
-def validation_table(runs: dict[str, Path]) -> list[str]:
+def validation_table(metrics: dict[str, list[dict]]) -> list[str]:
     """The plot's numbers: zero-shot off-target and supervised BLEU on validation at each
-    validated step, one row a model (empty when no run validated)."""
-    curves = {name: {row["step"]: row for row in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
-                     if "valid_zero_shot_offtarget" in row} for name, d in runs.items()}
+    validated step, one row a model (``metrics``: its metrics.jsonl rows; empty when no run
+    validated)."""
+    curves = {name: {row["step"]: row for row in rows if "valid_zero_shot_offtarget" in row}
+              for name, rows in metrics.items()}
     steps = sorted({step for curve in curves.values() for step in curve})
     if not steps:
         return []
@@ -299,7 +300,9 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
     figs.mkdir(parents=True, exist_ok=True)
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
             else "same seed, data order and settings for every model")
-    machines = {name: trained_on(d) for name, d in runs.items()}
+    here = hardware()
+    machines = {name: trained_on(d, here) for name, d in runs.items()}
+    metrics = {name: read_rows(d / "metrics.jsonl") for name, d in runs.items()}
     one_machine = len(set(machines.values())) == 1
     lines = [f"# Multi30k, {condition} condition: Baseline vs CLL", "",
              f"Command: `{command}`", "",
@@ -312,8 +315,8 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
              "| evaluated step |" + ("" if one_machine else " trained on |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|" + ("" if one_machine else "---|")]
     for name, run_dir in runs.items():
-        last = run_state(run_dir)["last"]
-        valid = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if "valid_nll" in x]
+        last = last_train_row(metrics[name])
+        valid = [row for row in metrics[name] if "valid_nll" in row]
         lines.append(f"| {name} | {last.get('step', 0)} | {last.get('epoch', 0):.2f} | {last.get('tokens_seen', 0):,} "
                      f"| {last.get('elapsed_s', 0) / 60:.1f} | {last.get('nll', float('nan')):.3f} | "
                      f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} | "
@@ -322,7 +325,7 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
     curve = validation_curve_png(runs, figs / "validation_over_training.png")
     if curve:
         lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({report_name}/{curve.name})"]
-    lines += validation_table(runs)
+    lines += validation_table(metrics)
     for split, report in reports.items():
         lines += ["", f"## {split}", ""]
         if seed_groups:
