@@ -14,8 +14,9 @@ the same batches, and the report gives mean ± std over seeds beside each seed's
 each unfinished model from its checkpoint, so a long CPU run can span several sittings; a GPU is
 used when present), evaluates every export on the Multi30k test sets, and writes
 ``<out>/<condition>.md`` (``<condition>-seeds.md`` with ``--seeds``) with the tables, plots,
-budget, steps, epochs, hardware and command. A finished model's record (no weights) is kept
-beside the report and stands in for its run directory when that is gone.
+budget, steps, epochs, hardware and command; it is rewritten as each model ends, naming the ones
+still to train. A finished model's record (no weights) is kept beside the report and stands in for
+its run directory when that is gone.
 Everything goes under ``runs/repro/`` of the current directory unless told otherwise; the
 project's committed reports are rewritten only with an explicit ``--out docs/results``.
 """
@@ -295,7 +296,10 @@ def validation_table(metrics: dict[str, list[dict]]) -> list[str]:
 
 
 def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
-                 command: str, out: Path, seed_groups: dict[str, list[str]] | None = None) -> Path:
+                 command: str, out: Path, seed_groups: dict[str, list[str]] | None = None,
+                 pending: list[str] = ()) -> Path:
+    """The report of the models in ``runs``; ``pending``: the planned ones still to train, named
+    at the top so that a report written part-way through a study says what it lacks."""
     figs = out / report_name
     figs.mkdir(parents=True, exist_ok=True)
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
@@ -309,6 +313,9 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
              (f"Hardware: {next(iter(machines.values()))}. " if one_machine else
               "Hardware: per model, in the table below. ") +
              f"Budget: {budget_text(budget)}; {same} (the recipes differ only in the variant's settings).", "",
+             *([f"**In progress: {len(runs)} of {len(runs) + len(pending)} models.** Still to train: "
+                f"{', '.join(pending)}. The same command continues them and rewrites this report as each "
+                f"one ends.", ""] if pending else []),
              "Evaluated checkpoint: the one with the lowest supervised validation NLL (`export-best/`; "
              "zero-shot directions play no part in the choice), else the last one.", "",
              "| model | steps | epochs | target tokens seen | training minutes | last train NLL | last valid NLL "
@@ -526,20 +533,43 @@ def reproduce(args, argv) -> int:
             if not is_record(runs[name]) and finished(runs[name], budget):
                 write_record(runs[name], figs / "records" / runs[name].name, identities[name])
 
+        def report() -> Path:
+            """The report of every model settled so far: a study that spans sittings shows what it
+            has at the end of each, not only once its last model is trained."""
+            settled = {name: d for name, d in runs.items() if name in evaluations.done}
+            pending = [name for name in runs if name not in settled]
+            reports = {}
+            for split in splits:
+                entries = {k: v for name in settled for k, v in evaluations.done[name][split].items()}
+                reports[split] = summarize(entries, f"Multi30k {split}", args.beam, args.lid,
+                                           log=lambda s: print(s, file=sys.stderr))
+                write_atomic(figs / f"{split}.json", json.dumps(reports[split], indent=1, ensure_ascii=False))
+            path = write_report(args.condition, report_name, settled, reports, budget, command, Path(args.out),
+                                groups if args.seeds else None, pending)
+            print(f"[cll-repro] wrote {path}: {len(settled)} of {len(runs)} models"
+                  + (f", still to train: {', '.join(pending)}" if pending else ""), file=sys.stderr)
+            return path
+
         if not args.eval_only:
+            # The models trained in earlier sittings first (cached evaluations make that cheap), so
+            # the report holds them before the first training of this sitting ends.
+            ready = [name for name, d in runs.items() if finished(d, budget)]
+            for name in ready:
+                settle(name)
+            if ready and len(ready) < len(runs):
+                report()
+
+            def trained(name: str) -> None:
+                settle(name)
+                if len(evaluations.done) < len(runs):      # the last one's report is written below
+                    report()
+
             commands = [(name, run_dir, cmd) for name, run_dir in runs.items()
                         if (cmd := train_command(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set))]
-            train_all(commands, args.parallel, done=settle)
+            train_all(commands, args.parallel, done=trained)
         for name in runs:
             settle(name)
-    reports = {}
-    for split in splits:
-        entries = {k: v for name in runs for k, v in evaluations.of(name, runs[name])[split].items()}
-        reports[split] = summarize(entries, f"Multi30k {split}", args.beam, args.lid,
-                                   log=lambda s: print(s, file=sys.stderr))
-        write_atomic(figs / f"{split}.json", json.dumps(reports[split], indent=1, ensure_ascii=False))
-    path = write_report(args.condition, report_name, runs, reports, budget, command, Path(args.out),
-                        groups if args.seeds else None)
+        path = report()
     print(path.read_text())
     return 0
 

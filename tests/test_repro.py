@@ -28,6 +28,11 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     report = (tmp_path / "results" / "triangle-seeds.md").read_text()
     assert "| baseline seed1 |" in report and "| fcll seed2 |" in report and "## test_2016_flickr" in report
+    assert "In progress" not in report
+    # the report was rewritten as each model ended, naming the ones still to train
+    written = [line.split(": ", 1)[1] for line in first.stderr.splitlines() if line.startswith("[cll-repro] wrote ")]
+    assert [w.split(" models")[0] for w in written] == [f"{k} of 4" for k in (1, 2, 3, 4)], written
+    assert all(w.count("seed") == 3 - k for k, w in enumerate(written)), written
     # seed 1 of every variant trains first; a seed sets the data order and the initialisation
     order = [line.split("--run-dir ")[1].split()[0].rsplit("/", 1)[1] for line in first.stderr.splitlines()
              if line.startswith("[cll-repro]") and "--run-dir" in line]
@@ -168,7 +173,7 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     """A record (a finished run without its weights) replaces a missing run directory only when the
     recipe's bytes, the overrides and the budget are those it was trained with, and never a run
     directory that exists here."""
-    from cll_scale.repro import finished, training_identity, use_records, write_record
+    from cll_scale.repro import finished, training_identity, use_records, write_record, write_report
     recipe = tmp_path / "multi30k_triangle_fcll.yaml"
     recipe.write_text("preset: tiny\n")
     budget = {"steps": 10, "minutes": 0.0}
@@ -199,6 +204,11 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     recipe.write_text("preset: small\n")                  # the recipe changed since
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
                        budget) == gone
+    # a report written part-way through a study names what it still lacks
+    report = write_report("triangle", "triangle-seeds", {"fcll seed1": records / run.name}, {}, budget, "cll-repro",
+                          tmp_path / "results", {"fcll": ["fcll seed1", "fcll seed2"]}, ["fcll seed2"])
+    text = report.read_text()
+    assert "**In progress: 1 of 2 models.** Still to train: fcll seed2." in text and "| fcll seed1 | 10 |" in text
 
 
 def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
