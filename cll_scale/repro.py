@@ -4,10 +4,12 @@
     cll-repro --condition centered --variants baseline,sd,fcll --minutes-per-model 120
     cll-repro --condition triangle --variants baseline,fcll,sd,sd_attn --seeds 1,2,3 --steps-per-model 4200
     cll-repro --condition triangle --settings paper --seeds 1,2,3 --steps-per-model 4000
+    cll-repro --condition triangle --settings paper_small --seeds 1,2,3 --steps-per-model 4200
 
 Builds the shards of the condition (paper §4.1) if missing, trains every variant from
 ``recipes/multi30k_<condition>_<variant>.yaml`` (``--settings paper``: the
-``multi30k_<condition>_paper_<variant>.yaml`` recipes, which follow the authors' code) with the
+``multi30k_<condition>_paper_<variant>.yaml`` recipes, which follow the authors' code;
+``--settings paper_small``: their settings at the ``small`` size, the closest a CPU trains) with the
 same seed and budget (with ``--seeds``, every variant once per seed, seed 1 of every variant
 first; a seed sets both the initialisation and the data order, so the variants of one seed see
 the same batches, and the report gives mean ± std over seeds beside each seed's rows; re-running resumes
@@ -51,6 +53,7 @@ from cll_scale.translate import TranslateConfig, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIANGLE_LANGS = "de,fr,cs"
+SETTINGS = ("small", "paper", "paper_small")     # the recipe families of the study (issue 20)
 
 
 class StepFailed(RuntimeError):
@@ -410,8 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated variants with a recipe: baseline, fcll, sd (the FFN residual of the "
                         "middle encoder layer removed, as the authors' code), sd_attn (its self-attention "
                         "residual removed, as Liu et al. 2021)")
-    p.add_argument("--settings", choices=("small", "paper"), default="small",
-                   help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code")
+    p.add_argument("--settings", choices=SETTINGS, default="small",
+                   help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code; "
+                        "paper_small: the authors' settings at the small size, the closest a CPU trains")
     p.add_argument("--seeds", type=seed_list,
                    help="e.g. 1,2,3: train every variant once per seed and report mean ± std over them")
     p.add_argument("--steps-per-model", type=non_negative_int, default=0,
@@ -440,16 +444,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def recipe_prefix(condition: str, settings: str) -> str:
-    """Recipes are ``multi30k_<condition>_<variant>.yaml``, ``..._paper_<variant>.yaml`` for the
-    paper settings."""
-    return f"multi30k_{condition}_" + ("paper_" if settings == "paper" else "")
+    """Recipes are ``multi30k_<condition>_<variant>.yaml`` for the small settings,
+    ``multi30k_<condition>_<settings>_<variant>.yaml`` for the others."""
+    return f"multi30k_{condition}_" + ("" if settings == "small" else f"{settings}_")
+
+
+def settings_suffix(settings: str) -> str:
+    """What run directories and reports of these settings add to their names."""
+    return "" if settings == "small" else "-" + settings.replace("_", "-")
 
 
 def recipe_files(recipes: Path, condition: str, settings: str) -> dict[str, Path]:
-    """Variant name -> recipe, for a condition and settings."""
+    """Variant name -> recipe, for a condition and settings (without the recipes of settings whose
+    prefix extends this one: ``paper_small_fcll`` is not the paper settings' variant ``small_fcll``)."""
     prefix = recipe_prefix(condition, settings)
-    found = {p.stem[len(prefix):]: p for p in sorted(recipes.glob(f"{prefix}*.yaml"))}
-    return {v: p for v, p in found.items() if settings == "paper" or not v.startswith("paper_")}
+    longer = [q for q in (recipe_prefix(condition, s) for s in SETTINGS) if q != prefix and q.startswith(prefix)]
+    return {p.stem[len(prefix):]: p for p in sorted(recipes.glob(f"{prefix}*.yaml"))
+            if not any(p.stem.startswith(q) for q in longer)}
 
 
 def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[str]], dict[str, list[str]]]:
@@ -463,7 +474,7 @@ def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[st
         raise ValueError(f"--variants {args.variants}: no recipe "
                          f"{', '.join(str(Path(args.recipes) / f'{prefix}{v}.yaml') for v in missing) or '(empty list)'}"
                          f"; variants with a {args.settings} recipe: {', '.join(recipes) or 'none'}")
-    stem = f"multi30k-{args.condition}" + ("-paper" if args.settings == "paper" else "")
+    stem = f"multi30k-{args.condition}" + settings_suffix(args.settings)
     runs, recipe_of, overrides, groups = {}, {}, {}, {}
     for seed in args.seeds or [None]:
         for v in variants:
@@ -509,7 +520,7 @@ def reproduce(args, argv) -> int:
               "minutes": args.minutes_per_model or (0.0 if args.steps_per_model else 90.0)}
     runs, recipe_of, overrides, groups = plan_runs(args)
     # A multi-seed study is its own report (``<condition>-seeds.md``) beside the one-seed one.
-    report_name = args.condition + ("-paper" if args.settings == "paper" else "") + ("-seeds" if args.seeds else "")
+    report_name = args.condition + settings_suffix(args.settings) + ("-seeds" if args.seeds else "")
     figs = Path(args.out) / report_name
     identities = {name: training_identity(recipe_of[name], overrides[name] + args.set, budget) for name in runs}
     runs = use_records(runs, identities, figs / "records", budget)

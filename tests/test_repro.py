@@ -240,3 +240,28 @@ def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
     with pytest.raises(StepFailed, match="training broken"):
         train_all([job("broken", 0, code=3)], parallel=1, done=calls.append)
     assert calls[-1] != "broken"
+
+
+def test_each_settings_family_finds_its_own_four_triangle_recipes():
+    """`--settings small / paper / paper_small` each find the four variants of the study, and no
+    other family's recipe (the prefixes nest: ``paper_small_fcll`` starts like ``paper_*``); each
+    recipe resolves to what its family promises."""
+    from cll_scale.config import build_configs, load_recipe
+    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.repro import SETTINGS, recipe_files, settings_suffix
+    tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
+    for settings in SETTINGS:
+        found = recipe_files(ROOT / "recipes", "triangle", settings)
+        assert sorted(found) == ["baseline", "fcll", "sd", "sd_attn"], (settings, found)
+        for variant, path in found.items():
+            model, _, train = build_configs(load_recipe(path), ["de", "fr", "cs"], None, tok)
+            assert train.run_dir.endswith(f"multi30k-triangle{settings_suffix(settings)}-{variant}"), path
+            assert model.variant == {"sd_attn": "sd"}.get(variant, variant)
+            assert model.residual_sublayer == {"sd": "ffn", "sd_attn": "self_attn"}.get(variant), path
+            authors = (not model.pre_norm, model.init, model.dropout, model.cll_dropout, model.lsl_dim,
+                       train.lr, train.weight_decay)
+            if settings == "small":
+                assert (model.d_model, model.encoder_layers) == (256, 3) and not authors[0], path
+            else:     # the authors' code: post-norm, Xavier, dropout 0.3, LSL inner 2·d, their optimiser
+                assert authors == (True, "xavier", 0.3, 0.3, 2 * model.d_model, 5e-4, 1e-4), path
+                assert (model.d_model, model.encoder_layers) == ((512, 5) if settings == "paper" else (256, 3))
