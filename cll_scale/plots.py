@@ -1,8 +1,9 @@
 """PNG plots written at the end of runs (matplotlib, no display needed)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from cll_scale.metrics import read_rows
 
 
 def _pyplot():
@@ -22,9 +23,9 @@ def _save(plt, fig, out_png: str | Path) -> Path:
 def plot_training_curves(metrics_path: str | Path, out_png: str | Path) -> Path | None:
     """Training loss, validation NLL (supervised / zero-shot) and learning rate over steps."""
     path = Path(metrics_path)
-    if not path.is_file():
+    rows = read_rows(path)
+    if not rows:
         return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     train = [r for r in rows if r.get("loss") is not None]
     valid = [r for r in rows if "valid_nll" in r]
     plt = _pyplot()
@@ -98,18 +99,14 @@ def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
     return _save(plt, fig, out_png)
 
 
-def plot_validation_over_training(metrics: dict[str, str | Path], out_png: str | Path) -> Path | None:
-    """Validation over training, one line per model: supervised BLEU (has it plateaued?) beside the
-    zero-shot off-target rate (when does the collapse appear?). Both from greedy decoding."""
+def plot_validation_over_training(metrics: dict[str, list[dict]], out_png: str | Path) -> Path | None:
+    """Validation over training, one line per model (``metrics``: its metrics.jsonl rows, as
+    ``metrics.read_rows`` gives them): supervised BLEU (has it plateaued?) beside the zero-shot
+    off-target rate (when does the collapse appear?). Both from greedy decoding."""
     panels = (("valid_bleu", "supervised BLEU (valid)", None),
               ("valid_zero_shot_offtarget", "zero-shot off-target % (valid)", (0, 100)))
-    curves = {}
-    for name, path in metrics.items():
-        path = Path(path)
-        if path.is_file():
-            rows = [json.loads(x) for x in path.read_text().splitlines() if "valid_zero_shot_offtarget" in x]
-            if rows:
-                curves[name] = rows
+    curves = {name: kept for name, rows in metrics.items()
+              if (kept := [row for row in rows if "valid_zero_shot_offtarget" in row])}
     if not curves:
         return None
     plt = _pyplot()

@@ -254,11 +254,6 @@ def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Pat
     return chosen
 
 
-def validation_curve_png(runs: dict[str, Path], out_png: Path) -> Path | None:
-    from cll_scale.plots import plot_validation_over_training
-    return plot_validation_over_training({name: d / "metrics.jsonl" for name, d in runs.items()}, out_png)
-
-
 def plot_links(report: dict, figs: Path, prefix: str = "") -> list[str]:
     """Plot one evaluation report (BLEU/off-target; learned t_l when a model has CLL layers) into
     ``figs``; returns the markdown image links, relative to the folder that holds ``figs``."""
@@ -300,9 +295,10 @@ def validation_table(metrics: dict[str, list[dict]]) -> list[str]:
 
 def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, dict], budget: dict,
                  command: str, out: Path, seed_groups: dict[str, list[str]] | None = None,
-                 pending: list[str] = ()) -> Path:
+                 pending: tuple[str, ...] | list[str] = ()) -> Path:
     """The report of the models in ``runs``; ``pending``: the planned ones still to train, named
     at the top so that a report written part-way through a study says what it lacks."""
+    from cll_scale.plots import plot_validation_over_training
     figs = out / report_name
     figs.mkdir(parents=True, exist_ok=True)
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
@@ -332,7 +328,7 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
                      f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} | "
                      f"{json.loads((chosen_export(run_dir) / 'export.json').read_text())['step']} |"
                      + ("" if one_machine else f" {machines[name]} |"))
-    curve = validation_curve_png(runs, figs / "validation_over_training.png")
+    curve = plot_validation_over_training(metrics, figs / "validation_over_training.png")
     if curve:
         lines += ["", f"![validation over training: supervised BLEU, zero-shot off-target]({report_name}/{curve.name})"]
     lines += validation_table(metrics)
@@ -564,10 +560,16 @@ def reproduce(args, argv) -> int:
         if not args.eval_only:
             # The models trained in earlier sittings first (cached evaluations make that cheap), so
             # the report holds them before the first training of this sitting ends.
-            ready = [name for name, d in runs.items() if finished(d, budget)]
+            commands, ready = [], []
+            for name, run_dir in runs.items():
+                cmd = train_command(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set)
+                if cmd:
+                    commands.append((name, run_dir, cmd))
+                else:
+                    ready.append(name)
             for name in ready:
                 settle(name)
-            if ready and len(ready) < len(runs):
+            if ready and commands:
                 report()
 
             def trained(name: str) -> None:
@@ -575,8 +577,6 @@ def reproduce(args, argv) -> int:
                 if len(evaluations.done) < len(runs):      # the last one's report is written below
                     report()
 
-            commands = [(name, run_dir, cmd) for name, run_dir in runs.items()
-                        if (cmd := train_command(recipe_of[name], run_dir, shards, budget, overrides[name] + args.set))]
             train_all(commands, args.parallel, done=trained)
         for name in runs:
             settle(name)
