@@ -100,12 +100,15 @@ class MetricsLog:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
 
-    def truncate_after(self, step: int) -> None:
-        """Drop the records a killed run wrote after its last checkpoint: the resumed run writes
-        those steps again, and a curve must not show them twice."""
+    def truncate_after(self, step: int) -> int:
+        """Drop the records a killed run wrote after its last checkpoint (all of them when it left
+        none, ``step`` 0): the run writes those steps again, and a curve must not show them twice.
+        Returns how many lines were dropped."""
         from cll_scale.outputs import write_atomic
         if self.rank != 0 or not self.path.exists():
-            return
-        kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        write_atomic(self.path, "".join(line + "\n" for line in kept))
+            return 0
+        lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
+        if len(kept) < len(lines):
+            write_atomic(self.path, "".join(line + "\n" for line in kept))
+        return len(lines) - len(kept)

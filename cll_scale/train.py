@@ -193,6 +193,9 @@ class Trainer:
         torch.manual_seed(self.cfg.seed * 1000 + self.rank)   # dropout differs between ranks
         if tag:
             self._restore(tag, universal)
+        dropped = self.metrics.truncate_after(self.step)
+        if dropped and not tag:
+            self.log(f"dropped {dropped} metrics.jsonl lines of an earlier attempt that left no checkpoint")
         self.validator = Validator(self.cfg, self.stream_cfg, self.manifest, self.rank, self.world, self.device,
                                    self.checkpointer.best_so_far(self.cfg.best_metric, self.step))
         self.window = MetricsWindow(self.device, self.cfg.log_every)
@@ -272,7 +275,6 @@ class Trainer:
         else:   # another world size: slices differ, so each direction restarts its current pool
             self.stream.load_state_dict(streams[0], strict_world=False)
         self.epoch = ds.host_all_reduce([self.stream.epoch])[0] / self.world
-        self.metrics.truncate_after(self.step)
         self.log(f"resumed from {self.checkpointer.dir / tag} at step {self.step}"
                  + (" (universal checkpoint, world size changed)" if universal else ""))
 

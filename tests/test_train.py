@@ -44,7 +44,13 @@ def losses(run_dir) -> dict[int, float]:
 
 def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_path):
     full, split = tmp_path / "full", tmp_path / "split"
+    full.mkdir()      # what a run killed before its first checkpoint leaves: a fresh start drops it
+    stale = {"step": 30, "loss": 9.9, "nll": 9.9, "ppl": 2e4, "lr": 1e-3, "tokens_per_s": 1.0, "epoch": 0.1,
+             "grad_norm": 1.0, "skipped": 0, "elapsed_s": 1.0, "tokens_seen": 1}
+    (full / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
     cll_train(*common(m30k_centered, full, 40, "--set", "train.ckpt_every=20"))
+    assert [r["step"] for r in map(json.loads, (full / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r] == list(range(1, 41)), "an earlier attempt's records kept"
     cll_train(*common(m30k_centered, split, 17, "--set", "train.export=false"))
     with open(split / "metrics.jsonl", "a") as f:    # what a run killed after its checkpoint leaves
         f.write(json.dumps({"step": 18, "loss": 99.0}) + "\n")
