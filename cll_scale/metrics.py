@@ -105,10 +105,10 @@ class MetricsLog:
         none, ``step`` 0): the run writes those steps again, and a curve must not show them twice.
         Returns how many lines were dropped."""
         from cll_scale.outputs import write_atomic
-        if self.rank != 0 or not self.path.exists():
+        if self.rank != 0:
             return 0
-        lines = [line for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        kept = [line for line in lines if json.loads(line).get("step", 0) <= step]
-        if len(kept) < len(lines):
-            write_atomic(self.path, "".join(line + "\n" for line in kept))
-        return len(lines) - len(kept)
+        rows = read_rows(self.path)
+        kept = [row for row in rows if row.get("step", 0) <= step]
+        if len(kept) < len(rows):
+            write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
+        return len(rows) - len(kept)

@@ -37,9 +37,17 @@ def cll_train(*argv, check=True):
     return res
 
 
+def rows_of(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
 def losses(run_dir) -> dict[int, float]:
-    rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+    return {r["step"]: r["loss"] for r in rows_of(run_dir) if "loss" in r}
+
+
+def train_steps(run_dir) -> list[int]:
+    """The steps of the training lines in the order written (a step logged twice shows twice)."""
+    return [r["step"] for r in rows_of(run_dir) if "loss" in r]
 
 
 def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_path):
@@ -49,8 +57,7 @@ def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_pa
              "grad_norm": 1.0, "skipped": 0, "elapsed_s": 1.0, "tokens_seen": 1}
     (full / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
     cll_train(*common(m30k_centered, full, 40, "--set", "train.ckpt_every=20"))
-    assert [r["step"] for r in map(json.loads, (full / "metrics.jsonl").read_text().splitlines())
-            if "loss" in r] == list(range(1, 41)), "an earlier attempt's records kept"
+    assert train_steps(full) == list(range(1, 41)), "an earlier attempt's records kept"
     cll_train(*common(m30k_centered, split, 17, "--set", "train.export=false"))
     with open(split / "metrics.jsonl", "a") as f:    # what a run killed after its checkpoint leaves
         f.write(json.dumps({"step": 18, "loss": 99.0}) + "\n")
@@ -60,9 +67,8 @@ def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_pa
                             "--set", "train.valid_every=10"), "--resume")
     assert "resumed from" in res.stderr and "step00000017" in res.stderr
     a, b = losses(full), losses(split)
-    rows = [json.loads(line) for line in (split / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 41)), "stale records kept"
-    valid = {r["step"]: r["valid_nll"] for r in rows if "valid_nll" in r}
+    assert train_steps(split) == list(range(1, 41)), "stale records kept"
+    valid = {r["step"]: r["valid_nll"] for r in rows_of(split) if "valid_nll" in r}
     assert sorted(valid) == [17, 20, 30, 40]       # 17: the end of the first half (no export there)
     del valid[17]
     best = json.loads((split / "export-best" / "export.json").read_text())
