@@ -30,9 +30,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
-from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args
+from cll_scale import finetune
 from cll_scale.decoding import DecodeConfig
-from cll_scale.finetune import FineTuneSettings, before_after, command, fine_tuning_recipe, open_output
+from cll_scale.finetune import FineTuneSettings, before_after, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, write_atomic
@@ -237,17 +237,12 @@ def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-bt", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(p, BTConfig)
-    p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
-    add_debug_argument(p)
-    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
-    return p
+    return finetune.build_parser("cll-bt", __doc__, BTConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return command("cll-bt", argv, args, lambda: config_from_args(BTConfig, args), run)
+    return finetune.command("cll-bt", argv, build_parser(), BTConfig, run)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,11 +35,12 @@ import sentencepiece as spm
 import torch
 
 from cll_scale import engine as ds
+from cll_scale import finetune
 from cll_scale.checkpointer import chosen_export
-from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, csv_list
+from cll_scale.cli import csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import load_export, write_export
-from cll_scale.finetune import FineTuneSettings, before_after, command, fine_tuning_recipe, open_output
+from cll_scale.finetune import FineTuneSettings, before_after, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
@@ -276,17 +277,12 @@ def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-extend", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(p, ExtendConfig)
-    p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
-    add_debug_argument(p)
-    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
-    return p
+    return finetune.build_parser("cll-extend", __doc__, ExtendConfig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return command("cll-extend", argv, args, lambda: config_from_args(ExtendConfig, args), run)
+    return finetune.command("cll-extend", argv, build_parser(), ExtendConfig, run)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,6 +4,7 @@ and the run ends with a before/after evaluation.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cll_scale import engine as ds
-from cll_scale.cli import print_tables
+from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, print_tables
 from cll_scale.cli import run as cli_run
 from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
@@ -87,12 +88,25 @@ def before_after(models: dict[str, str | Path], data: str | Path, splits: list[s
     return tables
 
 
-def command(prog: str, argv: list[str] | None, args, make_config, run) -> int:
-    """The body of a fine-tuning command's ``main``: build its config, run it (``--restart``), print
-    the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.cli.run`)."""
+def build_parser(prog: str, description: str, config_cls) -> argparse.ArgumentParser:
+    """A fine-tuning command's flags: one per field of its config, ``--restart``, ``--debug``, and
+    the ``--local_rank`` that the ``deepspeed`` launcher passes."""
+    p = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(p, config_cls)
+    p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
+    add_debug_argument(p)
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def command(prog: str, argv: list[str] | None, parser: argparse.ArgumentParser, config_cls, run) -> int:
+    """The ``main`` of a fine-tuning command: build its config from ``argv``, run it (``--restart``),
+    print the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.cli.run`)."""
+    args = parser.parse_args(argv)
+
     def body() -> int:
         try:
-            tables = run(make_config(), args.restart)
+            tables = run(config_from_args(config_cls, args), args.restart)
         except Interrupted as stop:
             stop.hint = "re-run the same command to resume"
             raise
