@@ -483,14 +483,16 @@ def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[st
     return runs, recipe_of, overrides, groups
 
 
-def seed_table(report: dict, groups: dict[str, list[str]]) -> str:
-    """Mean ± sample std over seeds of each variant's averages (paper Table 5 gives the variance
-    over its seeds the same way), with the LSL-off rows when the report has them."""
-    def cell(values: list[float], unit: str) -> str:
-        if len(values) < 2:
-            return f"{values[0]:.2f}{unit}"
-        return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}{unit}"
+def mean_std(values: list[float], unit: str = "") -> str:
+    """Mean ± sample std over seeds (paper Table 5 gives the variance over its seeds the same way);
+    one seed is its value alone."""
+    if len(values) < 2:
+        return f"{values[0]:.2f}{unit}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}{unit}"
 
+
+def seed_table(report: dict, groups: dict[str, list[str]]) -> str:
+    """:func:`mean_std` of each variant's averages, with the LSL-off rows when the report has them."""
     columns = [("zero-shot", "off_target", "%"), ("zero-shot", "off_target_restricted", "%"),
                ("zero-shot", "bleu", ""), ("supervised", "bleu", "")]
     lines = ["| model | seeds | zero-shot off-target (paper) | zero-shot off-target (restricted) "
@@ -501,7 +503,7 @@ def seed_table(report: dict, groups: dict[str, list[str]]) -> str:
             rows = [models[n + suffix]["averages"] for n in names if n + suffix in models]
             if not rows:
                 continue
-            cells = [cell([r[group][key] for r in rows], unit) if all(group in r for r in rows) else "–"
+            cells = [mean_std([r[group][key] for r in rows], unit) if all(group in r for r in rows) else "–"
                      for group, key, unit in columns]
             lines.append(f"| {variant}{suffix} | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

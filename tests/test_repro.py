@@ -265,3 +265,36 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
             else:     # the authors' code: post-norm, Xavier, dropout 0.3, LSL inner 2·d, their optimiser
                 assert authors == (True, "xavier", 0.3, 0.3, 2 * model.d_model, 5e-4, 1e-4), path
                 assert (model.d_model, model.encoder_layers) == ((512, 5) if settings == "paper" else (256, 3))
+
+
+def test_study_table_averages_each_settings_seeds(tmp_path):
+    """scripts/study_table.py puts the settings' seed reports side by side: per variant the mean ±
+    sample std over its seeds, the LSL-off row after its model, the study's order whatever the
+    report's, a dash where a seed lacks a figure, and a clear error for a report without seeds."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from study_table import main, table
+    models = json.loads((ROOT / "docs" / "results" / "triangle-seeds" / "test_2016_flickr.json").read_text())["models"]
+    a, b = models["baseline seed1"], models["fcll seed1"]
+    no_lingua = {**b, "averages": {g: {k: v for k, v in row.items() if not k.startswith("lingua")}
+                                   for g, row in b["averages"].items()}}
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "test_2016_flickr.json").write_text(json.dumps({"models": {
+        "sd_attn seed1": a, "fcll seed1 (LSL off)": b, "baseline seed2": b, "baseline seed1": a,
+        "fcll seed1": a, "fcll seed2": no_lingua}}))
+    (tmp_path / "two").mkdir()
+    (tmp_path / "two" / "test_2016_flickr.json").write_text(json.dumps({"models": {"baseline seed3": b}}))
+    rows = table({"small": tmp_path / "one", "paper_small": tmp_path / "two"}, "test_2016_flickr").splitlines()[2:]
+    cells = [[c.strip() for c in row.split("|")[1:-1]] for row in rows]
+    assert [c[:3] for c in cells] == [["`small`", "Baseline", "1,2"], ["", "FCLL", "1,2"], ["", "FCLL, LSL off", "1"],
+                                      ["", "SD (self-attention residual)", "1"], ["`paper_small`", "Baseline", "3"]]
+    off = [m["averages"]["zero-shot"]["off_target"] for m in (a, b)]
+    mean, std = sum(off) / 2, abs(off[0] - off[1]) / 2 ** 0.5
+    assert cells[0][3].startswith(f"{mean:.2f} ± {std:.2f}% / ")
+    lingua = [m["averages"]["zero-shot"]["lingua_off_target"] for m in (a, b)]
+    assert cells[0][3].endswith(f"{sum(lingua) / 2:.2f} ± {abs(lingua[0] - lingua[1]) / 2 ** 0.5:.2f}%")
+    assert cells[1][3].endswith(" / –") and cells[1][6] == "–"      # fcll seed2 was scored without lingua
+    assert cells[4][5] == f"{b['averages']['supervised']['bleu']:.2f}"
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "test_2016_flickr.json").write_text(json.dumps({"models": {"baseline": a}}))
+    assert main([f"x={tmp_path / 'bad'}", "--splits", "test_2016_flickr"]) == 1
+    assert main([f"x={tmp_path / 'absent'}"]) == 1

@@ -1,0 +1,98 @@
+"""The triangle study's comparison table: every setting's seed report side by side, each variant's
+figures as mean ± sample std over the seeds it has so far (paper Table 5 reports its seeds the same
+way). Reads the merged ``<split>.json`` that ``cll-repro --seeds`` writes beside each report and
+decodes nothing, so ``docs/results/triangle-study.md`` quotes the reports instead of copying
+numbers by hand.
+
+    .venv/bin/python scripts/study_table.py small=docs/results/triangle-seeds \\
+        paper_small=docs/results/triangle-paper-small-seeds
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cll_scale.repro import mean_std  # noqa: E402
+
+# The study's variants in the order of its tables, with the names its prose uses (paper §3; SD's two
+# residual choices: the authors' code and Liu et al. 2021).
+LABELS = {"baseline": "Baseline", "fcll": "FCLL", "sd": "SD (FFN residual)",
+          "sd_attn": "SD (self-attention residual)"}
+NAME = re.compile(r"^(?P<variant>.+) seed(?P<seed>\d+)(?P<off> \(LSL off\))?$")
+# (group, key, unit) of the averages in each column after the seed count; the off-target column
+# holds three identifiers' figures.
+OFF_TARGET = [("zero-shot", key, "%") for key in ("off_target", "off_target_restricted", "lingua_off_target")]
+COLUMNS = [("zero-shot", "bleu", ""), ("supervised", "bleu", ""), ("zero-shot", "lingua_code_switch", "%")]
+
+
+def by_variant(models: dict[str, dict]) -> dict[tuple[str, bool], dict[int, dict]]:
+    """(variant, LSL off) -> seed -> averages, in the study's order; a model name that is not
+    ``<variant> seed<N>[ (LSL off)]`` is an error (this reads seed reports only)."""
+    rows: dict[tuple[str, bool], dict[int, dict]] = {}
+    for name, entry in models.items():
+        m = NAME.match(name)
+        if m is None:
+            raise ValueError(f"model {name!r} is not '<variant> seed<N>': not a --seeds report")
+        rows.setdefault((m["variant"], bool(m["off"])), {})[int(m["seed"])] = entry["averages"]
+    order = list(LABELS)
+
+    def rank(item):
+        (variant, off), _ = item
+        return order.index(variant) if variant in order else len(order), variant, off
+    return dict(sorted(rows.items(), key=rank))
+
+
+def cell(rows: list[dict], group: str, key: str, unit: str = "") -> str:
+    """A figure some seeds lack (scored without lingua) is a dash, not a mean over fewer seeds."""
+    values = [r[group][key] for r in rows if key in r.get(group, {})]
+    return mean_std(values, unit) if len(values) == len(rows) else "–"
+
+
+def table(reports: dict[str, Path], split: str) -> str:
+    lines = ["| setting | model | seeds | zero-shot off-target: langdetect (paper) / restricted / lingua "
+             "| zero-shot BLEU | supervised BLEU | zero-shot code-switch (lingua) |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for setting, folder in reports.items():
+        path = folder / f"{split}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no merged report of {split} (run cll-repro --seeds first)")
+        first = True
+        for (variant, off), seeds in by_variant(json.loads(path.read_text(encoding="utf-8"))["models"]).items():
+            rows = [seeds[s] for s in sorted(seeds)]
+            label = LABELS.get(variant, variant) + (", LSL off" if off else "")
+            off_target = " / ".join(cell(rows, *column) for column in OFF_TARGET)
+            rest = " | ".join(cell(rows, *column) for column in COLUMNS)
+            lines.append(f"| {f'`{setting}`' if first else ''} | {label} | {','.join(map(str, sorted(seeds)))} "
+                         f"| {off_target} | {rest} |")
+            first = False
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("reports", nargs="+", metavar="SETTING=FOLDER",
+                   help="a setting's name and the folder beside its seed report (holds <split>.json)")
+    p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr")
+    args = p.parse_args(argv)
+    reports = {}
+    for spec in args.reports:
+        setting, sep, folder = spec.partition("=")
+        if not sep or not setting or not folder:
+            p.error(f"{spec!r}: expected SETTING=FOLDER")
+        reports[setting] = Path(folder)
+    try:
+        for split in args.splits.split(","):
+            print(f"### {split}\n\n{table(reports, split)}")
+    except (OSError, ValueError, KeyError) as err:
+        print(f"study_table: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
