@@ -483,12 +483,12 @@ def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[st
     return runs, recipe_of, overrides, groups
 
 
-def mean_std(values: list[float], unit: str = "") -> str:
+def mean_std(values: list[float], unit: str = "", digits: int = 2) -> str:
     """Mean ± sample std over seeds (paper Table 5 gives the variance over its seeds the same way);
     one seed is its value alone."""
     if len(values) < 2:
-        return f"{values[0]:.2f}{unit}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}{unit}"
+        return f"{values[0]:.{digits}f}{unit}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}{unit}"
 
 
 def seed_table(report: dict, groups: dict[str, list[str]]) -> str:

@@ -1,8 +1,9 @@
 """The triangle study's comparison table: every setting's seed report side by side, each variant's
 figures as mean ± sample std over the seeds it has so far (paper Table 5 reports its seeds the same
-way). Reads the merged ``<split>.json`` that ``cll-repro --seeds`` writes beside each report and
-decodes nothing, so ``docs/results/triangle-study.md`` quotes the reports instead of copying
-numbers by hand.
+way), and the zero-shot off-target on validation over training. Reads the merged ``<split>.json``
+that ``cll-repro --seeds`` writes beside each report and the records' ``metrics.jsonl``, decodes
+nothing, so ``docs/results/triangle-study.md`` quotes the reports instead of copying numbers by
+hand.
 
     .venv/bin/python scripts/study_table.py small=docs/results/triangle-seeds \\
         paper_small=docs/results/triangle-paper-small-seeds
@@ -23,11 +24,18 @@ from cll_scale.repro import mean_std  # noqa: E402
 # residual choices: the authors' code and Liu et al. 2021).
 LABELS = {"baseline": "Baseline", "fcll": "FCLL", "sd": "SD (FFN residual)",
           "sd_attn": "SD (self-attention residual)"}
+
+
+
 NAME = re.compile(r"^(?P<variant>.+) seed(?P<seed>\d+)(?P<off> \(LSL off\))?$")
 # (group, key, unit) of the averages in each column after the seed count; the off-target column
 # holds three identifiers' figures.
 OFF_TARGET = [("zero-shot", key, "%") for key in ("off_target", "off_target_restricted", "lingua_off_target")]
 COLUMNS = [("zero-shot", "bleu", ""), ("supervised", "bleu", ""), ("zero-shot", "lingua_code_switch", "%")]
+
+
+def study_order(variant: str) -> tuple[int, str]:
+    return (list(LABELS).index(variant) if variant in LABELS else len(LABELS)), variant
 
 
 def by_variant(models: dict[str, dict]) -> dict[tuple[str, bool], dict[int, dict]]:
@@ -39,12 +47,7 @@ def by_variant(models: dict[str, dict]) -> dict[tuple[str, bool], dict[int, dict
         if m is None:
             raise ValueError(f"model {name!r} is not '<variant> seed<N>': not a --seeds report")
         rows.setdefault((m["variant"], bool(m["off"])), {})[int(m["seed"])] = entry["averages"]
-    order = list(LABELS)
-
-    def rank(item):
-        (variant, off), _ = item
-        return order.index(variant) if variant in order else len(order), variant, off
-    return dict(sorted(rows.items(), key=rank))
+    return dict(sorted(rows.items(), key=lambda item: (*study_order(item[0][0]), item[0][1])))
 
 
 def cell(rows: list[dict], group: str, key: str, unit: str = "") -> str:
@@ -73,6 +76,41 @@ def table(reports: dict[str, Path], split: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def curves(folder: Path) -> dict[str, dict[int, dict[int, float]]]:
+    """variant -> seed -> step -> validation zero-shot off-target (restricted language ID), from the
+    records beside the report (``records/<stem>-<variant>-seed<N>/metrics.jsonl``)."""
+    out: dict[str, dict[int, dict[int, float]]] = {}
+    for metrics in sorted((folder / "records").glob("*/metrics.jsonl")):
+        *_, variant, seed = metrics.parent.name.rsplit("-", 2)
+        if not seed.startswith("seed"):
+            raise ValueError(f"{metrics.parent}: not a seed run's record")
+        rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+        out.setdefault(variant, {})[int(seed[4:])] = {r["step"]: r["valid_zero_shot_offtarget"]
+                                                      for r in rows if "valid_zero_shot_offtarget" in r}
+    return out
+
+
+def curve_table(reports: dict[str, Path]) -> str:
+    """The zero-shot off-target on validation over training, each variant's mean (± std) over
+    seeds at each step that all its seeds validated."""
+    found = {setting: curves(folder) for setting, folder in reports.items()}
+    steps = sorted({step for by in found.values() for seeds in by.values() for c in seeds.values() for step in c})
+    lines = ["| setting | model | seeds | " + " | ".join(f"{s:,}" for s in steps) + " |",
+             "|---|---|---|" + "---:|" * len(steps)]
+    for setting, by in found.items():
+        first = True
+        for variant in sorted(by, key=study_order):
+            seeds = by[variant]
+            cells = []
+            for step in steps:
+                values = [c[step] for c in seeds.values() if step in c]
+                cells.append(mean_std(values, "%", digits=0) if len(values) == len(seeds) else "–")
+            lines.append(f"| {f'`{setting}`' if first else ''} | {LABELS.get(variant, variant)} "
+                         f"| {','.join(map(str, sorted(seeds)))} | " + " | ".join(cells) + " |")
+            first = False
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("reports", nargs="+", metavar="SETTING=FOLDER",
@@ -88,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for split in args.splits.split(","):
             print(f"### {split}\n\n{table(reports, split)}")
+        print(f"### validation over training (zero-shot off-target, restricted language ID)\n\n{curve_table(reports)}")
     except (OSError, ValueError, KeyError) as err:
         print(f"study_table: {err}", file=sys.stderr)
         return 1
