@@ -24,9 +24,6 @@ from cll_scale.repro import mean_std  # noqa: E402
 # residual choices: the authors' code and Liu et al. 2021).
 LABELS = {"baseline": "Baseline", "fcll": "FCLL", "sd": "SD (FFN residual)",
           "sd_attn": "SD (self-attention residual)"}
-
-
-
 NAME = re.compile(r"^(?P<variant>.+) seed(?P<seed>\d+)(?P<off> \(LSL off\))?$")
 # (group, key, unit) of the averages in each column after the seed count; the off-target column
 # holds three identifiers' figures.
