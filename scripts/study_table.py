@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cll_scale.metrics import read_rows  # noqa: E402
 from cll_scale.repro import mean_std  # noqa: E402
 
 # The study's variants in the order of its tables, with the names its prose uses (paper §3; SD's two
@@ -33,6 +34,15 @@ COLUMNS = [("zero-shot", "bleu", ""), ("supervised", "bleu", ""), ("zero-shot", 
 
 def study_order(variant: str) -> tuple[int, str]:
     return (list(LABELS).index(variant) if variant in LABELS else len(LABELS)), variant
+
+
+def setting_cell(setting: str, row: int) -> str:
+    """The setting's name on its first row only, so its rows read as one block."""
+    return f"`{setting}`" if row == 0 else ""
+
+
+def seed_list(seeds: dict[int, object]) -> str:
+    return ",".join(map(str, sorted(seeds)))
 
 
 def by_variant(models: dict[str, dict]) -> dict[tuple[str, bool], dict[int, dict]]:
@@ -61,15 +71,13 @@ def table(reports: dict[str, Path], split: str) -> str:
         path = folder / f"{split}.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no merged report of {split} (run cll-repro --seeds first)")
-        first = True
-        for (variant, off), seeds in by_variant(json.loads(path.read_text(encoding="utf-8"))["models"]).items():
+        variants = by_variant(json.loads(path.read_text(encoding="utf-8"))["models"])
+        for i, ((variant, off), seeds) in enumerate(variants.items()):
             rows = [seeds[s] for s in sorted(seeds)]
             label = LABELS.get(variant, variant) + (", LSL off" if off else "")
             off_target = " / ".join(cell(rows, *column) for column in OFF_TARGET)
             rest = " | ".join(cell(rows, *column) for column in COLUMNS)
-            lines.append(f"| {f'`{setting}`' if first else ''} | {label} | {','.join(map(str, sorted(seeds)))} "
-                         f"| {off_target} | {rest} |")
-            first = False
+            lines.append(f"| {setting_cell(setting, i)} | {label} | {seed_list(seeds)} | {off_target} | {rest} |")
     return "\n".join(lines) + "\n"
 
 
@@ -81,9 +89,8 @@ def curves(folder: Path) -> dict[str, dict[int, dict[int, float]]]:
         *_, variant, seed = metrics.parent.name.rsplit("-", 2)
         if not seed.startswith("seed"):
             raise ValueError(f"{metrics.parent}: not a seed run's record")
-        rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
         out.setdefault(variant, {})[int(seed[4:])] = {r["step"]: r["valid_zero_shot_offtarget"]
-                                                      for r in rows if "valid_zero_shot_offtarget" in r}
+                                                      for r in read_rows(metrics) if "valid_zero_shot_offtarget" in r}
     return out
 
 
@@ -95,16 +102,14 @@ def curve_table(reports: dict[str, Path]) -> str:
     lines = ["| setting | model | seeds | " + " | ".join(f"{s:,}" for s in steps) + " |",
              "|---|---|---|" + "---:|" * len(steps)]
     for setting, by in found.items():
-        first = True
-        for variant in sorted(by, key=study_order):
+        for i, variant in enumerate(sorted(by, key=study_order)):
             seeds = by[variant]
             cells = []
             for step in steps:
                 values = [c[step] for c in seeds.values() if step in c]
                 cells.append(mean_std(values, "%", digits=0) if len(values) == len(seeds) else "–")
-            lines.append(f"| {f'`{setting}`' if first else ''} | {LABELS.get(variant, variant)} "
-                         f"| {','.join(map(str, sorted(seeds)))} | " + " | ".join(cells) + " |")
-            first = False
+            lines.append(f"| {setting_cell(setting, i)} | {LABELS.get(variant, variant)} | {seed_list(seeds)} | "
+                         + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
