@@ -3,10 +3,11 @@ figures as mean ± sample std over the seeds it has so far (paper Table 5 report
 way), and the zero-shot off-target on validation over training. Reads the merged ``<split>.json``
 that ``cll-repro --seeds`` writes beside each report and the records' ``metrics.jsonl``, decodes
 nothing, so ``docs/results/triangle-study.md`` quotes the reports instead of copying numbers by
-hand.
+hand. ``--at-nll`` adds the validation off-target at equal validation NLL, which compares settings
+that converge at different speeds.
 
     .venv/bin/python scripts/study_table.py small=docs/results/triangle-seeds \\
-        paper_small=docs/results/triangle-paper-small-seeds
+        paper_small=docs/results/triangle-paper-small-seeds --at-nll 2.6
 """
 from __future__ import annotations
 
@@ -81,36 +82,78 @@ def table(reports: dict[str, Path], split: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def curves(folder: Path) -> dict[str, dict[int, dict[int, float]]]:
-    """variant -> seed -> step -> validation zero-shot off-target (restricted language ID), from the
-    records beside the report (``records/<stem>-<variant>-seed<N>/metrics.jsonl``)."""
-    out: dict[str, dict[int, dict[int, float]]] = {}
+def validations(folder: Path) -> dict[str, dict[int, list[dict]]]:
+    """variant -> seed -> the validation rows of its record (``records/<stem>-<variant>-seed<N>/
+    metrics.jsonl``, the rows that hold a zero-shot off-target), in step order."""
+    out: dict[str, dict[int, list[dict]]] = {}
     for metrics in sorted((folder / "records").glob("*/metrics.jsonl")):
         *_, variant, seed = metrics.parent.name.rsplit("-", 2)
         if not seed.startswith("seed"):
             raise ValueError(f"{metrics.parent}: not a seed run's record")
-        out.setdefault(variant, {})[int(seed[4:])] = {r["step"]: r["valid_zero_shot_offtarget"]
-                                                      for r in read_rows(metrics) if "valid_zero_shot_offtarget" in r}
+        rows = [r for r in read_rows(metrics) if "valid_zero_shot_offtarget" in r]
+        out.setdefault(variant, {})[int(seed[4:])] = sorted(rows, key=lambda r: r["step"])
     return out
+
+
+def variant_rows(reports: dict[str, Path], cells) -> list[str]:
+    """One table row per setting and variant: ``cells(seeds)`` gives the cells after the seed list."""
+    lines = []
+    for setting, folder in reports.items():
+        by = validations(folder)
+        for i, variant in enumerate(sorted(by, key=study_order)):
+            seeds = by[variant]
+            lines.append(f"| {setting_cell(setting, i)} | {LABELS.get(variant, variant)} | {seed_list(seeds)} | "
+                         + " | ".join(cells(seeds)) + " |")
+    return lines
 
 
 def curve_table(reports: dict[str, Path]) -> str:
     """The zero-shot off-target on validation over training, each variant's mean (± std) over
     seeds at each step that all its seeds validated."""
-    found = {setting: curves(folder) for setting, folder in reports.items()}
-    steps = sorted({step for by in found.values() for seeds in by.values() for c in seeds.values() for step in c})
-    lines = ["| setting | model | seeds | " + " | ".join(f"{s:,}" for s in steps) + " |",
-             "|---|---|---|" + "---:|" * len(steps)]
-    for setting, by in found.items():
-        for i, variant in enumerate(sorted(by, key=study_order)):
-            seeds = by[variant]
-            cells = []
-            for step in steps:
-                values = [c[step] for c in seeds.values() if step in c]
-                cells.append(mean_std(values, "%", digits=0) if len(values) == len(seeds) else "–")
-            lines.append(f"| {setting_cell(setting, i)} | {LABELS.get(variant, variant)} | {seed_list(seeds)} | "
-                         + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    steps = sorted({r["step"] for folder in reports.values() for seeds in validations(folder).values()
+                    for rows in seeds.values() for r in rows})
+
+    def cells(seeds: dict[int, list[dict]]) -> list[str]:
+        by_step = [{r["step"]: r["valid_zero_shot_offtarget"] for r in rows} for rows in seeds.values()]
+        return [mean_std([c[step] for c in by_step], "%", digits=0) if all(step in c for c in by_step) else "–"
+                for step in steps]
+    return "\n".join(["| setting | model | seeds | " + " | ".join(f"{s:,}" for s in steps) + " |",
+                      "|---|---|---|" + "---:|" * len(steps), *variant_rows(reports, cells)]) + "\n"
+
+
+def at_nll(rows: list[dict], nll: float) -> tuple[float, float] | None:
+    """(step, zero-shot off-target) where the supervised validation NLL first falls to ``nll``,
+    linear in the NLL between the validations either side; None when the run never gets there.
+    Two settings' models compared at one step differ in how far they have converged as well as in
+    their settings; at one validation NLL (same shards, same vocabulary) only in their settings."""
+    before = None
+    for row in rows:
+        if row["valid_nll"] <= nll:
+            if before is None:
+                return float(row["step"]), row["valid_zero_shot_offtarget"]
+            f = (before["valid_nll"] - nll) / (before["valid_nll"] - row["valid_nll"])
+            return (before["step"] + f * (row["step"] - before["step"]),
+                    before["valid_zero_shot_offtarget"]
+                    + f * (row["valid_zero_shot_offtarget"] - before["valid_zero_shot_offtarget"]))
+        before = row
+    return None
+
+
+def nll_table(reports: dict[str, Path], levels: list[float]) -> str:
+    """The validation zero-shot off-target at each validation NLL in ``levels`` (mean ± std over
+    seeds, and the mean step it happened at); a dash where a seed never reached it."""
+    def cells(seeds: dict[int, list[dict]]) -> list[str]:
+        out = []
+        for level in levels:
+            found = [at_nll(rows, level) for rows in seeds.values()]
+            if any(f is None for f in found):
+                out.append("–")
+                continue
+            step = sum(s for s, _ in found) / len(found)
+            out.append(f"{mean_std([o for _, o in found], '%', digits=0)} (step {step:,.0f})")
+        return out
+    return "\n".join(["| setting | model | seeds | " + " | ".join(f"NLL {v:g}" for v in levels) + " |",
+                      "|---|---|---|" + "---:|" * len(levels), *variant_rows(reports, cells)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("reports", nargs="+", metavar="SETTING=FOLDER",
                    help="a setting's name and the folder beside its seed report (holds <split>.json)")
     p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr")
+    p.add_argument("--at-nll", default="", metavar="NLL[,NLL...]",
+                   help="also print the validation zero-shot off-target where each model's validation NLL "
+                        "first falls to these values (compares settings at equal convergence)")
     args = p.parse_args(argv)
     reports = {}
     for spec in args.reports:
@@ -126,9 +172,16 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{spec!r}: expected SETTING=FOLDER")
         reports[setting] = Path(folder)
     try:
+        levels = [float(v) for v in args.at_nll.split(",") if v.strip()]
+    except ValueError:
+        p.error(f"--at-nll {args.at_nll!r}: expected numbers separated by commas")
+    try:
         for split in args.splits.split(","):
             print(f"### {split}\n\n{table(reports, split)}")
         print(f"### validation over training (zero-shot off-target, restricted language ID)\n\n{curve_table(reports)}")
+        if levels:
+            print(f"### validation at equal validation NLL (zero-shot off-target, restricted language ID)\n\n"
+                  f"{nll_table(reports, levels)}")
     except (OSError, ValueError, KeyError) as err:
         print(f"study_table: {err}", file=sys.stderr)
         return 1

@@ -270,10 +270,11 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
 def test_study_table_averages_each_settings_seeds(tmp_path):
     """scripts/study_table.py puts the settings' seed reports side by side: per variant the mean ±
     sample std over its seeds, the LSL-off row after its model, the study's order whatever the
-    report's, a dash where a seed lacks a figure, the validation curve from the records, and a
-    clear error for a report without seeds."""
+    report's, a dash where a seed lacks a figure, the validation curve from the records, the
+    off-target at equal validation NLL (interpolated between validations), and a clear error for a
+    report without seeds or a bad --at-nll."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from study_table import curve_table, main, table
+    from study_table import curve_table, main, nll_table, table
     models = json.loads((ROOT / "docs" / "results" / "triangle-seeds" / "test_2016_flickr.json").read_text())["models"]
     a, b = models["baseline seed1"], models["fcll seed1"]
     no_lingua = {**b, "averages": {g: {k: v for k, v in row.items() if not k.startswith("lingua")}
@@ -296,13 +297,20 @@ def test_study_table_averages_each_settings_seeds(tmp_path):
     assert cells[1][3].endswith(" / –") and cells[1][6] == "–"      # fcll seed2 was scored without lingua
     assert cells[4][5] == f"{b['averages']['supervised']['bleu']:.2f}"
     # the validation curve: a step is averaged only where every seed of the variant validated it
-    for seed, curve in ((1, {500: 10.0, 1000: 40.0}), (2, {500: 20.0})):
+    for seed, curve in ((1, {500: (4.0, 11.0), 1000: (3.0, 40.0)}), (2, {500: (3.5, 21.0)})):
         run = tmp_path / "one" / "records" / f"multi30k-triangle-sd_attn-seed{seed}"
         run.mkdir(parents=True)
         (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" + json.dumps(
-            {"step": s, "valid_zero_shot_offtarget": v}) + "\n" for s, v in curve.items()))
+            {"step": s, "valid_nll": n, "valid_zero_shot_offtarget": v}) + "\n" for s, (n, v) in curve.items()))
     head, _, row = curve_table({"small": tmp_path / "one"}).splitlines()
-    assert head.endswith("| 500 | 1,000 |") and row == "| `small` | SD (self-attention residual) | 1,2 | 15 ± 7% | – |"
+    assert head.endswith("| 500 | 1,000 |") and row == "| `small` | SD (self-attention residual) | 1,2 | 16 ± 7% | – |"
+    # at equal validation NLL: seed 1 crosses 3.5 halfway from step 500 to 1,000 (off-target 25.5%),
+    # seed 2 is there at its first validation (21%); neither seed gets to 2.5
+    head, _, row = nll_table({"small": tmp_path / "one"}, [3.5, 2.5]).splitlines()
+    assert head.endswith("| NLL 3.5 | NLL 2.5 |")
+    assert row == "| `small` | SD (self-attention residual) | 1,2 | 23 ± 3% (step 625) | – |"
+    with pytest.raises(SystemExit):
+        main([f"small={tmp_path / 'one'}", "--at-nll", "2.x"])
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "test_2016_flickr.json").write_text(json.dumps({"models": {"baseline": a}}))
     assert main([f"x={tmp_path / 'bad'}", "--splits", "test_2016_flickr"]) == 1
