@@ -7,7 +7,7 @@ hand. ``--at-nll`` adds the validation off-target at equal validation NLL, which
 that converge at different speeds.
 
     .venv/bin/python scripts/study_table.py small=docs/results/triangle-seeds \\
-        paper_small=docs/results/triangle-paper-small-seeds --at-nll 2.6
+        paper_small=docs/results/triangle-paper-small-seeds --at-nll 3.0,2.6
 """
 from __future__ import annotations
 
@@ -95,11 +95,18 @@ def validations(folder: Path) -> dict[str, dict[int, list[dict]]]:
     return out
 
 
-def variant_rows(reports: dict[str, Path], cells) -> list[str]:
+Found = dict[str, dict[str, dict[int, list[dict]]]]     # setting -> validations(folder)
+
+
+def load(reports: dict[str, Path]) -> Found:
+    """Every setting's validation rows, read once for both tables below."""
+    return {setting: validations(folder) for setting, folder in reports.items()}
+
+
+def variant_rows(found: Found, cells) -> list[str]:
     """One table row per setting and variant: ``cells(seeds)`` gives the cells after the seed list."""
     lines = []
-    for setting, folder in reports.items():
-        by = validations(folder)
+    for setting, by in found.items():
         for i, variant in enumerate(sorted(by, key=study_order)):
             seeds = by[variant]
             lines.append(f"| {setting_cell(setting, i)} | {LABELS.get(variant, variant)} | {seed_list(seeds)} | "
@@ -107,18 +114,18 @@ def variant_rows(reports: dict[str, Path], cells) -> list[str]:
     return lines
 
 
-def curve_table(reports: dict[str, Path]) -> str:
+def curve_table(found: Found) -> str:
     """The zero-shot off-target on validation over training, each variant's mean (± std) over
     seeds at each step that all its seeds validated."""
-    steps = sorted({r["step"] for folder in reports.values() for seeds in validations(folder).values()
-                    for rows in seeds.values() for r in rows})
+    steps = sorted({r["step"] for by in found.values() for seeds in by.values() for rows in seeds.values()
+                    for r in rows})
 
     def cells(seeds: dict[int, list[dict]]) -> list[str]:
         by_step = [{r["step"]: r["valid_zero_shot_offtarget"] for r in rows} for rows in seeds.values()]
         return [mean_std([c[step] for c in by_step], "%", digits=0) if all(step in c for c in by_step) else "–"
                 for step in steps]
     return "\n".join(["| setting | model | seeds | " + " | ".join(f"{s:,}" for s in steps) + " |",
-                      "|---|---|---|" + "---:|" * len(steps), *variant_rows(reports, cells)]) + "\n"
+                      "|---|---|---|" + "---:|" * len(steps), *variant_rows(found, cells)]) + "\n"
 
 
 def at_nll(rows: list[dict], nll: float) -> tuple[float, float] | None:
@@ -139,7 +146,7 @@ def at_nll(rows: list[dict], nll: float) -> tuple[float, float] | None:
     return None
 
 
-def nll_table(reports: dict[str, Path], levels: list[float]) -> str:
+def nll_table(found: Found, levels: list[float]) -> str:
     """The validation zero-shot off-target at each validation NLL in ``levels`` (mean ± std over
     seeds, and the mean step it happened at); a dash where a seed never reached it."""
     def cells(seeds: dict[int, list[dict]]) -> list[str]:
@@ -153,7 +160,7 @@ def nll_table(reports: dict[str, Path], levels: list[float]) -> str:
             out.append(f"{mean_std([o for _, o in found], '%', digits=0)} (step {step:,.0f})")
         return out
     return "\n".join(["| setting | model | seeds | " + " | ".join(f"NLL {v:g}" for v in levels) + " |",
-                      "|---|---|---|" + "---:|" * len(levels), *variant_rows(reports, cells)]) + "\n"
+                      "|---|---|---|" + "---:|" * len(levels), *variant_rows(found, cells)]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for split in args.splits.split(","):
             print(f"### {split}\n\n{table(reports, split)}")
-        print(f"### validation over training (zero-shot off-target, restricted language ID)\n\n{curve_table(reports)}")
+        found = load(reports)
+        print(f"### validation over training (zero-shot off-target, restricted language ID)\n\n{curve_table(found)}")
         if levels:
             print(f"### validation at equal validation NLL (zero-shot off-target, restricted language ID)\n\n"
-                  f"{nll_table(reports, levels)}")
+                  f"{nll_table(found, levels)}")
     except (OSError, ValueError, KeyError) as err:
         print(f"study_table: {err}", file=sys.stderr)
         return 1

@@ -274,7 +274,7 @@ def test_study_table_averages_each_settings_seeds(tmp_path):
     off-target at equal validation NLL (interpolated between validations), and a clear error for a
     report without seeds or a bad --at-nll."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from study_table import curve_table, main, nll_table, table
+    from study_table import curve_table, load, main, nll_table, table
     models = json.loads((ROOT / "docs" / "results" / "triangle-seeds" / "test_2016_flickr.json").read_text())["models"]
     a, b = models["baseline seed1"], models["fcll seed1"]
     no_lingua = {**b, "averages": {g: {k: v for k, v in row.items() if not k.startswith("lingua")}
@@ -302,11 +302,12 @@ def test_study_table_averages_each_settings_seeds(tmp_path):
         run.mkdir(parents=True)
         (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" + json.dumps(
             {"step": s, "valid_nll": n, "valid_zero_shot_offtarget": v}) + "\n" for s, (n, v) in curve.items()))
-    head, _, row = curve_table({"small": tmp_path / "one"}).splitlines()
+    found = load({"small": tmp_path / "one"})
+    head, _, row = curve_table(found).splitlines()
     assert head.endswith("| 500 | 1,000 |") and row == "| `small` | SD (self-attention residual) | 1,2 | 16 ± 7% | – |"
     # at equal validation NLL: seed 1 crosses 3.5 halfway from step 500 to 1,000 (off-target 25.5%),
     # seed 2 is there at its first validation (21%); neither seed gets to 2.5
-    head, _, row = nll_table({"small": tmp_path / "one"}, [3.5, 2.5]).splitlines()
+    head, _, row = nll_table(found, [3.5, 2.5]).splitlines()
     assert head.endswith("| NLL 3.5 | NLL 2.5 |")
     assert row == "| `small` | SD (self-attention residual) | 1,2 | 23 ± 3% (step 625) | – |"
     with pytest.raises(SystemExit):
