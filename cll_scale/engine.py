@@ -77,20 +77,28 @@ def device() -> torch.device:
     return torch.device(get_accelerator().current_device_name())
 
 
+def cpu_model_and_flags() -> tuple[str, str]:
+    """This CPU's model name, and which of the instruction sets that decide bf16's speed it has
+    (avx512_bf16, amx_bf16, avx512f; space-separated, empty for none). Two machines that both call
+    themselves "AMD EPYC" can differ threefold in a `small` step on that alone."""
+    import platform
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor(), ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                 platform.processor())
+    return model, " ".join(sorted({f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f in info.split()}))
+
+
 def cpu_bf16_speedup(threads: int | None = None) -> float:
     """bf16 ÷ fp32 matmul throughput on this CPU (> 1: bf16 is faster), cached per CPU model,
     instruction set, torch version and thread count. Without avx512_bf16 or AMX, bf16 is emulated
     and was measured here at a quarter of fp32's speed; with avx512_bf16, at about twice."""
     import hashlib
-    import platform
     import time
     threads = threads or torch.get_num_threads()
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = platform.processor()
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = " ".join(sorted({f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f in info.split()}))
+    model, flags = cpu_model_and_flags()
     key = hashlib.sha256(f"{model}|{flags}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cll-scale" / f"cpu-bf16-{key}.json"
     try:
@@ -130,6 +138,22 @@ def default_ds_config() -> tuple[Path, str]:
                                + ("" if faster == (speedup > 1.1) else "; not on every rank's"))
 
 
+def resolve_ds_config(path: str | Path) -> tuple[Path, str]:
+    """The engine settings file a ``train.ds_config`` value names (a path, or a name in
+    ``ds_configs/``), and why; ``auto``: :func:`default_ds_config`'s choice for this machine."""
+    if str(path) == "auto":
+        return default_ds_config()
+    path = Path(path)
+    if not path.is_file() and (DS_CONFIGS / path).is_file():
+        path = DS_CONFIGS / path
+    return path, "named by the recipe"
+
+
+def precision(cfg: dict) -> str:
+    """The precision engine settings train in: bf16, fp16 or fp32."""
+    return next((p for p in ("bf16", "fp16") if cfg.get(p, {}).get("enabled")), "fp32")
+
+
 def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | Path,
                    load_universal: bool = False) -> dict:
     """Engine settings from ``ds_configs/*.json`` plus the training settings that belong to
@@ -138,14 +162,11 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
     A microbatch is one token-budget batch from the stream, so DeepSpeed's "micro batch" is 1;
     the global batch is then ``1 × grad_accum × world_size`` microbatches, checked here.
     """
-    if str(path) == "auto":
-        path, why = default_ds_config()
-        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:
-            print(f"[cll-scale] ds_config auto: {path.name} ({why})", file=sys.stderr, flush=True)
-    path = Path(path)
-    if not path.is_file() and (DS_CONFIGS / path).is_file():
-        path = DS_CONFIGS / path
-    cfg = json.loads(Path(path).read_text())
+    auto = str(path) == "auto"
+    path, why = resolve_ds_config(path)
+    if auto and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
+        print(f"[cll-scale] ds_config auto: {path.name} ({why})", file=sys.stderr, flush=True)
+    cfg = json.loads(path.read_text())
     owned = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
              "gradient_clipping", "scheduler"}
     clash = owned & set(cfg)

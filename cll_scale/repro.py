@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -40,10 +39,11 @@ from pathlib import Path
 
 import torch
 
+from cll_scale import engine as ds
 from cll_scale.checkpointer import BEST_EXPORT, chosen_export
 from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
                            pick_device, positive_int, run)
-from cll_scale.config import TrainConfig
+from cll_scale.config import TrainConfig, apply_overrides, load_recipe
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import (evaluate_entries, file_name, lid_pool, markdown, pairs_from_shards,
                                 select_directions, summarize)
@@ -73,9 +73,8 @@ def sh(cmd: list[str], what: str) -> None:
 def hardware() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return f"{os.cpu_count()} CPU cores ({model}), no GPU"
+    model, flags = ds.cpu_model_and_flags()
+    return f"{os.cpu_count()} CPU cores ({model}, {flags or 'no AVX-512'}), no GPU"
 
 
 def build_shards(condition: str, multi30k: str, shards: Path) -> None:
@@ -274,6 +273,44 @@ def trained_on(run_dir: Path, here: str) -> str:
     return json.loads((run_dir / RECORD).read_text()).get("hardware", "?") if is_record(run_dir) else here
 
 
+def trained_precision(run_dir: Path) -> str | None:
+    """The precision a run trains in (its ``ds_config.json``, which its record keeps); None before
+    it started."""
+    path = run_dir / "ds_config.json"
+    return ds.precision(json.loads(path.read_text())) if path.is_file() else None
+
+
+def planned_precision(recipe: Path, overrides: list[str]) -> tuple[str, str]:
+    """The precision cll-train trains (or resumes) a recipe in on this machine, and why."""
+    train = apply_overrides(load_recipe(recipe), overrides).get("train", {})
+    path, why = ds.resolve_ds_config(train.get("ds_config", TrainConfig.ds_config))
+    return ds.precision(json.loads(path.read_text())), why
+
+
+def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str]], allow: bool) -> None:
+    """The models of one report train in one precision, or the spread over seeds mixes the seed's
+    effect with bf16's rounding. ``planned``: the models this sitting trains or resumes, with the
+    precision this machine gives them. ``auto`` picks bf16 only where the CPU runs it fast, so a
+    study begun on a CPU with avx512_bf16 and continued on one without would otherwise go on in
+    fp32 unnoticed (and a run begun in one would be resumed in the other)."""
+    used: dict[tuple[str, str], list[str]] = {}         # (precision, how) -> models
+    for name, run_dir in runs.items():
+        if (p := trained_precision(run_dir)) and not (name in planned and planned[name][0] == p):
+            used.setdefault((p, "trained so far" if name in planned else "trained"), []).append(name)
+    for name, (p, why) in planned.items():
+        used.setdefault((p, f"this sitting: {why}"), []).append(name)
+    if len({p for p, _ in used}) < 2:
+        return
+    what = "; ".join(f"{p}: {', '.join(names)} ({how})" for (p, how), names in used.items())
+    if allow:
+        print(f"[cll-repro] warning: this study mixes precisions ({what}); the report names each model's",
+              file=sys.stderr)
+        return
+    raise ValueError(f"the models of this study would train in more than one precision: {what}. Train the rest "
+                     f"where the study's precision runs (a GPU; for bf16 on a CPU, one with avx512_bf16 or AMX), "
+                     f"or pass --allow-mixed-precision (the report then names each model's precision)")
+
+
 def validation_table(metrics: dict[str, list[dict]]) -> list[str]:
     """The plot's numbers: zero-shot off-target and supervised BLEU on validation at each
     validated step, one row a model (``metrics``: its metrics.jsonl rows; empty when no run
@@ -304,7 +341,7 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
             else "same seed, data order and settings for every model")
     here = hardware()
-    machines = {name: trained_on(d, here) for name, d in runs.items()}
+    machines = {name: f"{trained_on(d, here)}; {trained_precision(d) or '?'}" for name, d in runs.items()}
     metrics = {name: read_rows(d / "metrics.jsonl") for name, d in runs.items()}
     one_machine = len(set(machines.values())) == 1
     lines = [f"# Multi30k, {condition} condition: Baseline vs CLL", "",
@@ -432,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=positive_int, default=1,
                    help="models trained at once (a GPU holds several small ones), in the training order")
     p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
+    p.add_argument("--allow-mixed-precision", action="store_true",
+                   help="train the models still missing even where this machine trains them in another "
+                        "precision than the study's trained ones (refused by default)")
     p.add_argument("--ablate-lsl", action="store_true",
                    help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
     add_lid_arguments(p)
@@ -522,6 +562,10 @@ def reproduce(args, argv) -> int:
     figs = Path(args.out) / report_name
     identities = {name: training_identity(recipe_of[name], overrides[name] + args.set, budget) for name in runs}
     runs = use_records(runs, identities, figs / "records", budget)
+    if not args.eval_only:
+        check_one_precision(runs, {name: planned_precision(recipe_of[name], overrides[name] + args.set)
+                                   for name, d in runs.items() if not finished(d, budget)},
+                            args.allow_mixed_precision)
     if args.eval_only:
         absent = [str(chosen_export(d)) for d in runs.values() if not (chosen_export(d) / "export.json").exists()]
         if absent:

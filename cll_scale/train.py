@@ -537,8 +537,7 @@ def _dry_run_figures(t: Trainer, steps: int) -> dict:
     cfg = t.cfg
     budget = [x for x in (cfg.max_steps, cfg.max_epochs * steps_per_epoch, cfg.max_minutes * 60 / seconds) if x]
     return {
-        "world_size": t.world, "precision": "bf16" if t._ds_cfg.get("bf16", {}).get("enabled") else
-        "fp16" if t._ds_cfg.get("fp16", {}).get("enabled") else "fp32",
+        "world_size": t.world, "precision": ds.precision(t._ds_cfg),
         "parameters": sum(p.numel() for p in params), "tensors": len(params),
         "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
         "languages": len(t.manifest.languages), "directions": len(t.stream.directions),

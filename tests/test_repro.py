@@ -211,6 +211,45 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     assert "**In progress: 1 of 2 models.** Still to train: fcll seed2." in text and "| fcll seed1 | 10 |" in text
 
 
+def test_a_study_trains_in_one_precision_unless_told(tmp_path):
+    """A study whose models were trained in bf16 (on a CPU with avx512_bf16) and whose rest this
+    machine would train in fp32 is refused, with each precision's models named, and so is a run
+    begun in one precision and resumed in another; --allow-mixed-precision lets it go on, and the
+    report names each model's precision."""
+    from cll_scale.engine import default_ds_config, precision
+    from cll_scale.repro import (check_one_precision, hardware, planned_precision, trained_precision,
+                                 write_report)
+    recipe = tmp_path / "multi30k_triangle_fcll.yaml"
+    recipe.write_text("preset: tiny\ntrain:\n  ds_config: cpu_fp32.json\n")
+    assert planned_precision(recipe, [])[0] == "fp32"
+    assert planned_precision(recipe, ["train.ds_config=cpu_bf16.json"]) == ("bf16", "named by the recipe")
+    auto = tmp_path / "multi30k_triangle_baseline.yaml"
+    auto.write_text("preset: tiny\n")                      # auto: what this machine's probe picks
+    assert planned_precision(auto, [])[0] == precision(json.loads(default_ds_config()[0].read_text()))
+    budget = {"steps": 10, "minutes": 0.0}
+    seed1, seed2 = tmp_path / "runs" / "fcll-seed1", tmp_path / "runs" / "fcll-seed2"
+    (seed1 / "export").mkdir(parents=True)
+    (seed1 / "ds_config.json").write_text(json.dumps({"bf16": {"enabled": True}}))
+    (seed1 / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "epoch": 0.1, "elapsed_s": 5.0}) + "\n")
+    (seed1 / "export" / "export.json").write_text(json.dumps({"step": 10}))
+    runs = {"fcll seed1": seed1, "fcll seed2": seed2}
+    assert trained_precision(seed1) == "bf16" and trained_precision(seed2) is None
+    fp32 = {"fcll seed2": planned_precision(recipe, [])}
+    with pytest.raises(ValueError, match=r"bf16: fcll seed1 \(trained\); fp32: fcll seed2 \(this sitting"):
+        check_one_precision(runs, fp32, allow=False)
+    check_one_precision(runs, fp32, allow=True)
+    check_one_precision(runs, {"fcll seed2": ("bf16", "named by the recipe")}, allow=False)
+    # begun in fp32 here, it would be resumed in bf16 elsewhere
+    seed2.mkdir()
+    (seed2 / "ds_config.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    with pytest.raises(ValueError, match=r"fp32: fcll seed2 \(trained so far\); bf16: fcll seed2"):
+        check_one_precision({"fcll seed2": seed2}, {"fcll seed2": ("bf16", "named by the recipe")}, allow=False)
+    check_one_precision({"fcll seed2": seed2}, fp32, allow=False)            # resumed as it began
+    text = write_report("triangle", "triangle-seeds", {"fcll seed1": seed1}, {}, budget, "cll-repro",
+                        tmp_path / "results", {"fcll": ["fcll seed1"]}).read_text()
+    assert f"Hardware: {hardware()}; bf16." in text
+
+
 def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
     """train_all calls done(name) as each training ends well (cll-repro evaluates and records the
     model then, so a sitting cut short keeps the finished ones), after the freed slot took the next
