@@ -94,7 +94,8 @@ def cpu_model_and_flags() -> tuple[str, str]:
 def cpu_bf16_speedup(threads: int | None = None) -> float:
     """bf16 ÷ fp32 matmul throughput on this CPU (> 1: bf16 is faster), cached per CPU model,
     instruction set, torch version and thread count. Without avx512_bf16 or AMX, bf16 is emulated
-    and was measured here at a quarter of fp32's speed; with avx512_bf16, at about twice."""
+    and was measured here at a quarter of fp32's speed (with avx512f) and at 0.02x (an AMD EPYC
+    without AVX-512); with avx512_bf16, at about twice."""
     import hashlib
     import time
     threads = threads or torch.get_num_threads()

@@ -303,7 +303,8 @@ def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str
         return
     what = "; ".join(f"{p}: {', '.join(names)} ({how})" for (p, how), names in used.items())
     if allow:
-        print(f"[cll-repro] warning: this study mixes precisions ({what}); the report names each model's",
+        print(f"[cll-repro] warning: this study mixes precisions ({what}); the report names each model's "
+              f"precision",
               file=sys.stderr)
         return
     raise ValueError(f"the models of this study would train in more than one precision: {what}. Train the rest "
@@ -566,7 +567,7 @@ def reproduce(args, argv) -> int:
         check_one_precision(runs, {name: planned_precision(recipe_of[name], overrides[name] + args.set)
                                    for name, d in runs.items() if not finished(d, budget)},
                             args.allow_mixed_precision)
-    if args.eval_only:
+    else:
         absent = [str(chosen_export(d)) for d in runs.values() if not (chosen_export(d) / "export.json").exists()]
         if absent:
             raise ValueError(f"--eval-only: no trained model at {', '.join(absent)}; train first (without "

@@ -211,7 +211,7 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     assert "**In progress: 1 of 2 models.** Still to train: fcll seed2." in text and "| fcll seed1 | 10 |" in text
 
 
-def test_a_study_trains_in_one_precision_unless_told(tmp_path):
+def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     """A study whose models were trained in bf16 (on a CPU with avx512_bf16) and whose rest this
     machine would train in fp32 is refused, with each precision's models named, and so is a run
     begun in one precision and resumed in another; --allow-mixed-precision lets it go on, and the
@@ -238,6 +238,8 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path):
     with pytest.raises(ValueError, match=r"bf16: fcll seed1 \(trained\); fp32: fcll seed2 \(this sitting"):
         check_one_precision(runs, fp32, allow=False)
     check_one_precision(runs, fp32, allow=True)
+    assert "warning: this study mixes precisions (bf16: fcll seed1 (trained); fp32: fcll seed2" in \
+        capsys.readouterr().err
     check_one_precision(runs, {"fcll seed2": ("bf16", "named by the recipe")}, allow=False)
     # begun in fp32 here, it would be resumed in bf16 elsewhere
     seed2.mkdir()
