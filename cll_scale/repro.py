@@ -564,9 +564,10 @@ def reproduce(args, argv) -> int:
     identities = {name: training_identity(recipe_of[name], overrides[name] + args.set, budget) for name in runs}
     runs = use_records(runs, identities, figs / "records", budget)
     if not args.eval_only:
-        check_one_precision(runs, {name: planned_precision(recipe_of[name], overrides[name] + args.set)
-                                   for name, d in runs.items() if not finished(d, budget)},
-                            args.allow_mixed_precision)
+        # Once per recipe, not per model: a seed's own overrides set train.seed and data.seed only.
+        to_train = [name for name, d in runs.items() if not finished(d, budget)]
+        planned = {r: planned_precision(r, args.set) for r in {recipe_of[name] for name in to_train}}
+        check_one_precision(runs, {name: planned[recipe_of[name]] for name in to_train}, args.allow_mixed_precision)
     else:
         absent = [str(chosen_export(d)) for d in runs.values() if not (chosen_export(d) / "export.json").exists()]
         if absent:
