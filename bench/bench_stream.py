@@ -42,8 +42,7 @@ tokens, t0 = 0, None
 for i, b in enumerate(batches):
     if i == 2:
         t0 = time.perf_counter()
-    lang = m.languages.index(b.direction.split("-")[1])
-    loss, _ = label_smoothed_loss(model(b.src_tokens, model.shift_right(b.tgt_tokens), b.tgt_lang, batch_lang=lang),
+    loss, _ = label_smoothed_loss(model(b.src_tokens, model.shift_right(b.tgt_tokens), b.tgt_lang, lang_runs=b.lang_runs),
                                   b.tgt_tokens, cfg.pad_id, 0.1)
     (loss / b.ntokens).backward()
     opt.step()

@@ -68,12 +68,10 @@ def plain_step_fn(trainer: Trainer):
     torch.manual_seed(trainer.cfg.seed)
     model = CLLTransformer(trainer.model_cfg).to(trainer.device, dtype=dtype).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    langs = {x: i for i, x in enumerate(trainer.manifest.languages)}
 
     def step(batch):
         dev = batch.to(trainer.device)
-        lang = langs[batch.direction.split("-")[1]]
-        logits = model(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, batch_lang=lang)
+        logits = model(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs)
         loss, _ = label_smoothed_loss(logits, dev.tgt_tokens, model.cfg.pad_id, 0.1)
         (loss / batch.ntokens).backward()
         if trainer.cfg.clip_norm:
@@ -181,7 +179,7 @@ def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
 
     def step(batch, lang: int):
         src, tgt, tgt_lang = batch
-        logits = engine(src, engine.module.shift_right(tgt), tgt_lang, batch_lang=lang)
+        logits = engine(src, engine.module.shift_right(tgt), tgt_lang, lang_runs=((lang, len(tgt)),))
         loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
         engine.backward(loss / tgt.numel())
         holder["opt"].loss_ok = torch.isfinite(loss)

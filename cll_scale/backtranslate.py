@@ -35,7 +35,7 @@ from cll_scale.decoding import DecodeConfig
 from cll_scale.finetune import FineTuneSettings, before_after, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
-from cll_scale.outputs import atomic_dir, write_atomic
+from cll_scale.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.train import Trainer, set_threads
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -134,7 +134,7 @@ def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world
         pseudo = translator.translate(texts, c["pseudo_langs"])
         record = {"direction": c["direction"], "lines": [int(lines[r]) for r in c["rows"]],
                   "rows": c["rows"], "pseudo_langs": c["pseudo_langs"], "pseudo": pseudo}
-        write_atomic(parts / f"{k:06d}.json", json.dumps(record, ensure_ascii=False))
+        write_atomic(parts / f"{k:06d}.json", json_text(record, ensure_ascii=False))
         bar.update(len(c["rows"]))
         done += len(c["rows"])
     bar.close()
@@ -223,7 +223,7 @@ def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
             train_epoch(cfg, out / "data" / f"epoch-{epoch}")
             if rank == 0:
                 state = {"epochs_done": epoch, "generation": {**state.get("generation", {}), str(epoch): speed}}
-                write_atomic(state_path, json.dumps(state, indent=1))
+                write_atomic(state_path, json_text(state, indent=1))
             ds.barrier()
         ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
                              # out a long evaluation in a collective would hit the group's timeout

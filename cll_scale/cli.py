@@ -142,8 +142,8 @@ def add_config_arguments(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] 
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if required else f.default if f.default is not dataclasses.MISSING else f.default_factory()
         if "type" not in kw:
-            kw["type"] = csv_list if isinstance(default, list) else type(default) if isinstance(
-                default, (int, float)) and not isinstance(default, bool) else str
+            kw["type"] = (csv_list if isinstance(default, list) else finite_float if isinstance(default, float)
+                          else int if isinstance(default, int) and not isinstance(default, bool) else str)
         shown = ",".join(default) if isinstance(default, list) else default
         help_text = f.metadata["help"] + ("" if required or shown in ("", None) else f" (default: {shown})")
         p.add_argument("--" + f.name.replace("_", "-"), required=required, default=default, help=help_text, **kw)
@@ -164,6 +164,15 @@ def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative; expected 0 or more")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A float flag: ``nan`` and ``inf`` parse as floats but are never a setting."""
+    import math
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text}: expected a finite number")
     return value
 
 

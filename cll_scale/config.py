@@ -19,6 +19,11 @@ from pathlib import Path
 VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
 RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
 INITS = ("torch", "xavier")
+LSL_DROPOUTS = ("authors", "double")
+# What a config written before a setting existed meant by its absence: records, exports and
+# resumed runs from before issue 34 were trained with these rules.
+LEGACY_MODEL = {"lsl_dropout": "double"}
+LEGACY_DATA = {"mixing": "direction"}
 
 
 @dataclass
@@ -48,6 +53,9 @@ class ModelConfig:
     cll_layers: list[int] | None = None     # decoder layers (0-based) with CLL; set by variant
     lsl_dim: int = 256                      # R, inner size of each language-specific layer
     cll_dropout: float = 0.2                # dropout on LSL output (paper App. A: 0.2-0.3)
+    lsl_dropout: str = "authors"            # "authors": FFN gets `dropout`, LSL `cll_dropout`,
+                                            # each once, then added; "double": the rule before
+                                            # issue 34 (the sum dropped again: LSL dropped twice)
     t_init: float = 0.1                     # initial t_l
     # --- Residual removal (Liu et al. 2021) in the middle encoder layer ---------------------
     residual_sublayer: str | None = None    # "ffn" (paper's code) or "self_attn" (Liu et al.)
@@ -68,6 +76,8 @@ class ModelConfig:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.lsl_dropout not in LSL_DROPOUTS:
+            raise ValueError(f"model.lsl_dropout must be one of {LSL_DROPOUTS}, not {self.lsl_dropout!r}")
         if self.init not in INITS:
             raise ValueError(f"model.init must be one of {INITS}, not {self.init!r}")
         if self.residual_sublayer not in (None, *RESIDUAL_SUBLAYERS):
@@ -111,7 +121,7 @@ class ModelConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> "ModelConfig":
-        return cls(**d)
+        return cls(**{**LEGACY_MODEL, **d})
 
 
 # Size presets (the rest of ModelConfig keeps its defaults). `small` is the CPU experiment size,
@@ -198,6 +208,8 @@ class TrainConfig:
         self.best_metric = self.best_metric or ""      # `--set train.best_metric=` reads as None
         if self.best_metric not in ("", "valid_nll", "valid_bleu"):
             raise ValueError(f"best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
+        if self.seed < 0:
+            raise ValueError(f"train.seed must be >= 0, not {self.seed}")
         if self.keep_last < 1:
             raise ValueError("keep_last must be >= 1")
         if min(self.log_every, self.valid_every, self.ckpt_every, self.max_skips_in_a_row) < 1:
@@ -268,28 +280,53 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
     return recipe
 
 
+SECTIONS = {"ModelConfig": "model", "StreamConfig": "data", "TrainConfig": "train"}
+
+
+def _numeric_kind(f: dataclasses.Field) -> type | None:
+    """``bool``, ``int`` or ``float`` for a field annotated so (``int | None`` too), else None."""
+    names = {part.strip() for part in str(f.type).split("|")} - {"None"}
+    return {"bool": bool, "int": int, "float": float}.get(names.pop()) if len(names) == 1 else None
+
+
+def coerce_number(name: str, value, kind: type):
+    """The config boundary of every numeric setting: a count is a whole number, a float is finite
+    (NaN would pass every ``<``/``>`` check and reach config.json as invalid JSON), a switch is a
+    boolean. YAML reads ``7e-4`` as a string and ``1e3`` as a float, so both convert here."""
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, not {value!r}")
+        return value
+    try:
+        number = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None:
+        raise ValueError(f"{name}: {value!r} is not a{'n integer' if kind is int else ' number'}")
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, not {value!r}")
+    if kind is int:
+        if number != int(number):
+            raise ValueError(f"{name} must be a whole number, not {value!r}")
+        return int(value) if isinstance(value, int) else int(number)
+    return number
+
+
 def _coerce(cls, kw: dict) -> dict:
-    """Recipe values to the field's type: YAML reads ``7e-4`` as a string and ``1e3`` as a float."""
+    """Recipe values checked against their field: known names, numbers as :func:`coerce_number` says."""
     out = dict(kw)
     names = [f.name for f in dataclasses.fields(cls)]
+    section = SECTIONS.get(cls.__name__, cls.__name__)
     for key in out:
         if key not in names:
             import difflib
             near = difflib.get_close_matches(str(key), names, n=1)
-            section = {"ModelConfig": "model", "StreamConfig": "data", "TrainConfig": "train"}.get(cls.__name__, "")
             raise ValueError(f"unknown setting {section}.{key}" + (f"; did you mean {section}.{near[0]}?" if near
                              else f"; {section} settings are {', '.join(names)}"))
     for f in dataclasses.fields(cls):
-        if f.name not in out or f.default is dataclasses.MISSING or f.default is None:
-            continue
-        value, kind = out[f.name], type(f.default)
-        try:
-            if kind is float and isinstance(value, (str, int)) and not isinstance(value, bool):
-                out[f.name] = float(value)
-            elif kind is int and isinstance(value, (str, float)) and float(value) == int(float(value)):
-                out[f.name] = int(float(value))
-        except ValueError:
-            raise ValueError(f"{cls.__name__}.{f.name}: {value!r} is not a {kind.__name__}") from None
+        kind = _numeric_kind(f)
+        if f.name in out and kind is not None and out[f.name] is not None:
+            out[f.name] = coerce_number(f"{section}.{f.name}", out[f.name], kind)
     return out
 
 

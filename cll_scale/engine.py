@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.outputs import OutputError, write_atomic
+from cll_scale.outputs import OutputError, json_text, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 DS_CONFIGS = ROOT / "ds_configs"
@@ -119,7 +119,7 @@ def cpu_bf16_speedup(threads: int | None = None) -> float:
         return min(times[1:])
     speedup = best(torch.float32) / best(torch.bfloat16)
     try:
-        write_atomic(cache, json.dumps({"speedup": speedup, "cpu": model, "flags": flags, "threads": threads}))
+        write_atomic(cache, json_text({"speedup": speedup, "cpu": model, "flags": flags, "threads": threads}))
     except OSError:
         pass
     return speedup
@@ -239,7 +239,7 @@ def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_
         # (every rank's files are visible here: checkpoints live on a shared file system).
         files = {str(f.relative_to(ckpt_dir / tag)): f.stat().st_size
                  for f in sorted((ckpt_dir / tag).rglob("*")) if f.is_file() and f.name != META}
-        write_atomic(ckpt_dir / tag / META, json.dumps(
+        write_atomic(ckpt_dir / tag / META, json_text(
             {"step": step, "world_size": torch.distributed.get_world_size(), "files": files}))
         if fault == "crash_in_save":      # test hook: die with the files written, before the commit
             os._exit(137)

@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -40,7 +40,7 @@ from cll_scale.cli import (add_debug_argument, add_lid_arguments, non_negative_i
 from cll_scale.decoding import DecodeConfig
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
-from cll_scale.outputs import OutputError, write_atomic
+from cll_scale.outputs import OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.scoring import DirectionResult, averages, score_job
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -98,6 +98,13 @@ def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, 
 
 # -- evaluation ----------------------------------------------------------------------------------
 
+def _worker_init() -> None:
+    """Ctrl-C reaches every process of the terminal's group: the command stops the pool and says
+    "interrupted" once, so a worker ignores SIGINT instead of printing its own traceback."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @contextmanager
 def lid_pool(workers: int | None = None) -> Iterator[Executor | None]:
     """The process pool that scores while the next direction decodes (None: score inline), one
@@ -109,7 +116,7 @@ def lid_pool(workers: int | None = None) -> Iterator[Executor | None]:
     if workers <= 0:
         yield None
         return
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
     try:
         yield pool
     finally:
@@ -119,6 +126,17 @@ def lid_pool(workers: int | None = None) -> Iterator[Executor | None]:
 def file_name(name: str) -> str:
     """A model name as a file or directory name (hypotheses, cached evaluations)."""
     return re.sub(r"[^\w.+-]+", "_", name).strip("_") or "model"
+
+
+def check_file_names(names: Iterable[str]) -> None:
+    """Two model names that become one folder (``m ü`` and ``m_ü``) would write one model's
+    hypotheses over the other's: refused, naming both."""
+    seen: dict[str, str] = {}
+    for name in names:
+        other = seen.setdefault(file_name(name), name)
+        if other != name:
+            raise ValueError(f"--model names {other!r} and {name!r} both become the folder "
+                             f"{file_name(name)!r}; give them names that differ in letters or digits")
 
 
 def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
@@ -253,6 +271,7 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
     Scoring goes to ``pool`` (:func:`lid_pool`; inline without one); ``hyps_out`` gets
     ``<model>/<setting>/<direction>.txt``. See :func:`summarize` for the cross-model part."""
     directions = select_directions(pairs, directions, test_set)
+    check_file_names(translators)
     entries: dict[str, dict] = {}
     for name, tr in translators.items():
         entries.update(evaluate_entries(tr, name, pairs, directions, max_sentences, ablate_lsl, log, lid, pool,
@@ -306,7 +325,7 @@ def write_report(report: dict, out: str | Path) -> str:
     from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "results.json", json.dumps(report, indent=1, ensure_ascii=False))
+    write_atomic(out / "results.json", json_text(report, indent=1, ensure_ascii=False))
     table = markdown(report)
     write_atomic(out / "results.md", table)
     plot_bleu_offtarget(report, out / "bleu_offtarget.png")
@@ -337,6 +356,10 @@ def evaluate_cli(args) -> int:
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise OutputError(f"--out {args.out} is a file; give a directory for results.json, results.md and the plots")
     models = parse_models(args.model)
+    check_file_names(models)
+    check_owner(args.out, "cll-eval")
+    check_apart(args.out, {"--data": args.data, "--corpus": args.corpus,
+                           **{f"--model {name}": path for name, path in models.items()}})
     device = pick_device(args.device)
     cfg = TranslateConfig(DecodeConfig(beam=args.beam))
     translators = {name: Translator.load(path, device, cfg) for name, path in models.items()}

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from cll_scale.config import ModelConfig
 from cll_scale.manifest import Manifest, sha256_file
 from cll_scale.model import CLLTransformer
-from cll_scale.outputs import atomic_dir
+from cll_scale.outputs import atomic_dir, json_text
 
 FILES = ("model.safetensors", "model_config.json", "spm.model", "manifest.json")
 
@@ -36,13 +36,13 @@ def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor]
     with atomic_dir(out, replace=True) as tmp:
         tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in state_dict.items()}
         save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
-        (tmp / "model_config.json").write_text(json.dumps(model_cfg.to_json(), indent=1))
+        (tmp / "model_config.json").write_text(json_text(model_cfg.to_json(), indent=1))
         manifest = Manifest.load(shard_dir)
         shutil.copyfile(Path(shard_dir) / manifest.tokenizer.file, tmp / "spm.model")
         manifest.tokenizer.file = "spm.model"
         manifest.save(tmp)
         sums = {f: sha256_file(tmp / f) for f in FILES}
-        (tmp / "export.json").write_text(json.dumps({**(info or {}), "sha256": sums}, indent=1))
+        (tmp / "export.json").write_text(json_text({**(info or {}), "sha256": sums}, indent=1))
     return out
 
 

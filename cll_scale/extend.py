@@ -44,7 +44,7 @@ from cll_scale.finetune import FineTuneSettings, before_after, fine_tuning_recip
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
-from cll_scale.outputs import atomic_dir, write_atomic
+from cll_scale.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.train import Trainer, set_threads
 
 @dataclass
@@ -149,7 +149,7 @@ def build_data(cfg: ExtendConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     result = extend_sentencepiece(data / old.tokenizer.file, cfg.lang, new_texts, out / "spm.model",
                                   old_language_sample(data, old, cfg.keep_rows), cfg.vocab_size, cfg.seed)
-    write_atomic(out / "spm_extension.json", json.dumps(dataclasses.asdict(result), indent=1, ensure_ascii=False))
+    write_atomic(out / "spm_extension.json", json_text(dataclasses.asdict(result), indent=1, ensure_ascii=False))
     new_dir = out / "new-shards"
     if not (new_dir / "manifest.json").exists():
         build_shards(corpus, BuildConfig(out_dir=str(new_dir), spm_model=str(out / "spm.model"),

@@ -12,24 +12,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cll_scale import engine as ds
-from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, print_tables
+from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, non_negative_int, print_tables
 from cll_scale.cli import run as cli_run
 from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_report
 from cll_scale.manifest import Manifest
-from cll_scale.outputs import DirLock, OutputError, write_atomic
+from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_owner, json_text, write_atomic
 from cll_scale.train import Interrupted
 from cll_scale.translate import TranslateConfig, Translator
-
-SETTINGS = "settings.json"
-
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool) -> None:
     """Record ``settings`` in ``out`` on the first run; a re-run with others (except
     ``may_change``, e.g. more epochs or another evaluation) is an error naming each difference.
     ``restart`` discards a previous run of this command (never a directory it did not write)."""
     path = out / SETTINGS
+    check_owner(out, prog)          # before --restart may delete anything
     if restart and out.exists():
         if not path.is_file():
             raise OutputError(f"--restart: {out} holds no {SETTINGS}, so it is not a {prog} run; "
@@ -47,7 +45,7 @@ def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], 
     elif out.is_dir() and any(e.name != DirLock.NAME for e in out.iterdir()):
         raise OutputError(f"--out {out} is not empty and holds no {SETTINGS}: not a {prog} run to resume; "
                           f"choose another --out")
-    write_atomic(path, json.dumps({"command": prog, "settings": settings}, indent=1))
+    write_atomic(path, json_text({"command": prog, "settings": settings}, indent=1))
 
 
 PATH_SETTINGS = ("model", "data", "corpus", "out")   # compared as absolute paths: `x` and `./x` are one
@@ -63,7 +61,7 @@ def open_output(out: Path, prog: str, settings: dict, may_change: set[str], rest
         try:
             record_settings(out, prog, settings, may_change, restart)
         except BaseException:
-            lock.release()
+            lock.abandon()
             raise
         return lock
     return ds.on_rank0(lock_and_record, str(out))
@@ -129,7 +127,7 @@ class FineTuneSettings:
                                                                  "(0: all)"})
     eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
     seed: int = field(default=1, metadata={"help": "seed of everything the command draws (sampling, noise, "
-                                                   "data order, training)"})
+                                                   "data order, training)", "type": non_negative_int})
 
 
 def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, **train) -> dict:

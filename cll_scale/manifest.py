@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from cll_scale.languages import Direction
-from cll_scale.outputs import write_atomic
+from cll_scale.outputs import json_text, write_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -141,7 +141,7 @@ class Manifest:
                    tokenizer=TokenizerInfo(**d.pop("tokenizer")), splits=splits, **d)
 
     def save(self, directory: str | os.PathLike) -> None:
-        write_atomic(Path(directory) / MANIFEST, json.dumps(self.to_json(), indent=1, ensure_ascii=False) + "\n")
+        write_atomic(Path(directory) / MANIFEST, json_text(self.to_json(), indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
     def load(cls, directory: str | os.PathLike) -> "Manifest":
@@ -159,7 +159,7 @@ class Manifest:
         """One hash for a split's content (from the shards' sha256): tells a checkpoint whether
         it resumes on the data it was trained on."""
         shards = sorted((s.file, s.sha256) for s in self.splits[split].shards) if split in self.splits else []
-        return hashlib.sha256(json.dumps(shards).encode()).hexdigest()
+        return hashlib.sha256(json_text(shards).encode()).hexdigest()
 
 
     def check_files(self, directory: str | os.PathLike, full: bool = True,

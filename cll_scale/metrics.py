@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from cll_scale.outputs import json_text, write_atomic
+
 
 @dataclass
 class TrainRecord:
@@ -98,17 +100,16 @@ class MetricsLog:
         if self.rank == 0:
             row = asdict(record) if isinstance(record, TrainRecord) else record
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+                f.write(json_text(row) + "\n")
 
     def truncate_after(self, step: int) -> int:
         """Drop the records a killed run wrote after its last checkpoint (all of them when it left
         none, ``step`` 0): the run writes those steps again, and a curve must not show them twice.
         Returns how many lines were dropped."""
-        from cll_scale.outputs import write_atomic
         if self.rank != 0:
             return 0
         rows = read_rows(self.path)
         kept = [row for row in rows if row.get("step", 0) <= step]
         if len(kept) < len(rows):
-            write_atomic(self.path, "".join(json.dumps(row) + "\n" for row in kept))
+            write_atomic(self.path, "".join(json_text(row) + "\n" for row in kept))
         return len(rows) - len(kept)

@@ -17,6 +17,7 @@ The speed is the same: a language-homogeneous batch does one matmul either way
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -112,8 +113,8 @@ class LangGroups:
     """Which LSL each sentence uses, computed once per forward and reused by every CLL layer.
 
     ``slots`` lists (lsl slot or -1 for the central language, start, end) over the rows in
-    ``order``; ``order`` is None when rows already come grouped (always so in training, where a
-    microbatch has one target language)."""
+    ``order``; ``order`` is None when rows already come grouped (always so in training: a
+    microbatch has one target language, or its rows come ordered by target language)."""
 
     groups: list[tuple[int, int, int]]
     order: torch.Tensor | None = None
@@ -144,7 +145,11 @@ class LangGroups:
 
 
 class CLLFeedForward(nn.Module):
-    """Paper Eq. (3): ``FFN(h) + t_l · dropout(LSL_l(h))``; the central language gets FFN(h).
+    """Paper Eq. (3): ``dropout(FFN(h)) + t_l · cll_dropout(LSL_l(h))``; the central language
+    gets ``dropout(FFN(h))``. Each path gets its own dropout once, before the sum, as in the
+    authors' code (``lsl_dropout: authors``). The rule before issue 34 (``double``) returned
+    the sum undropped and the decoder layer dropped it again, so the LSL path was dropped twice
+    (1 - 0.7² = 51% of it under the ``paper`` settings, against the authors' 30%).
 
     The LSL weights are not this module's: each language keeps all of its layers' LSLs in one
     Parameter (:attr:`CLLTransformer.lsl`), and ``groups.weights`` hands this layer its views."""
@@ -153,6 +158,8 @@ class CLLFeedForward(nn.Module):
         super().__init__()
         self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
         self.cll_dropout = cfg.cll_dropout
+        # the FFN path's own dropout, applied here under the authors' rule (the layer's otherwise)
+        self.ffn_dropout = cfg.dropout if cfg.lsl_dropout == "authors" else 0.0
         self.index = index                  # position among the CLL layers
 
     def lsl(self, x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -162,7 +169,7 @@ class CLLFeedForward(nn.Module):
         return t * h
 
     def forward(self, x: torch.Tensor, groups: LangGroups | None, use_lsl: bool = True) -> torch.Tensor:
-        out = self.ffn(x)                                          # (B, T, D)
+        out = dropout(self.ffn(x), self.ffn_dropout, self.training)    # (B, T, D)
         if groups is None or not use_lsl:
             return out
         if len(groups.groups) == 1:
@@ -212,11 +219,14 @@ class DecoderLayer(nn.Module):
         self.ffn = CLLFeedForward(cfg, cll_index) if self.cll else FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
         self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
         self.pre_norm, self.dropout = cfg.pre_norm, cfg.dropout
+        # Under the authors' rule a CLL sublayer drops its two paths itself (CLLFeedForward).
+        self.ffn_dropout = 0.0 if self.cll and cfg.lsl_dropout == "authors" else cfg.dropout
 
-    def _sublayer(self, x, fn, norm):
+    def _sublayer(self, x, fn, norm, p: float | None = None):
+        p = self.dropout if p is None else p
         if self.pre_norm:
-            return x + dropout(fn(norm(x)), self.dropout, self.training)
-        return norm(x + dropout(fn(x), self.dropout, self.training))
+            return x + dropout(fn(norm(x)), p, self.training)
+        return norm(x + dropout(fn(x), p, self.training))
 
     def forward(self, x, enc_out, enc_mask, groups, cache=None, use_lsl=True):
         x = self._sublayer(x, lambda h: self.self_attn(h, causal=True, cache=None if cache is None else cache["self"]),
@@ -225,7 +235,7 @@ class DecoderLayer(nn.Module):
                                                         cache=None if cache is None else cache["cross"]),
                            self.norm2)
         ffn = (lambda h: self.ffn(h, groups, use_lsl)) if self.cll else self.ffn
-        return self._sublayer(x, ffn, self.norm3)
+        return self._sublayer(x, ffn, self.norm3, self.ffn_dropout)
 
 
 class CLLTransformer(nn.Module):
@@ -322,17 +332,32 @@ class CLLTransformer(nn.Module):
             x = layer(x, mask)
         return self.enc_norm(x), mask
 
-    def lang_groups(self, tgt_lang: torch.Tensor, batch_lang: int | None = None) -> LangGroups | None:
-        """``batch_lang``: the one target language of every row, when the caller knows it on the
-        host (training microbatches): then no device value is read."""
+    def lang_groups(self, tgt_lang: torch.Tensor, lang_runs: Sequence[tuple[int, int]] | None = None
+                    ) -> LangGroups | None:
+        """``lang_runs``: (target language, rows) runs in row order, when the caller knows them on
+        the host (training and validation batches, ``Batch.lang_runs``): then no device value is
+        read, provided the runs come in LSL order (the stream orders mixed batches so)."""
         if not self.cfg.cll_layers:
             return None
-        if batch_lang is not None:
-            groups = LangGroups([(self._host_slots[batch_lang], 0, tgt_lang.shape[0])])
-        else:
+        groups = self._host_groups(lang_runs) if lang_runs is not None else None
+        if groups is None:
             groups = LangGroups.from_slots(self.lang_slot[tgt_lang])
         groups.weights = {slot: self.lsl_views(slot) for slot, _, _ in groups.groups if slot >= 0}
         return groups
+
+    def _host_groups(self, lang_runs: Sequence[tuple[int, int]]) -> LangGroups | None:
+        """Groups from host runs; None when their slots are out of order (then sorted on the device)."""
+        groups, start = [], 0
+        for lang, n in lang_runs:
+            slot = self._host_slots[lang]
+            if groups and groups[-1][0] == slot:
+                groups[-1] = (slot, groups[-1][1], start + n)
+            elif groups and groups[-1][0] > slot:
+                return None
+            else:
+                groups.append((slot, start, start + n))
+            start += n
+        return LangGroups(groups)
 
     def lsl_views(self, slot: int) -> list[tuple[torch.Tensor, ...]]:
         """(w1 (R, D), b1 (R,), w2 (D, R), b2 (D,), t (1,)) of LSL ``slot`` for each CLL layer, as
@@ -355,16 +380,23 @@ class CLLTransformer(nn.Module):
         return [{"self": {}, "cross": {}} for _ in self.decoder]
 
     def forward(self, src_tokens: torch.Tensor, prev_output_tokens: torch.Tensor,
-                tgt_lang: torch.Tensor, batch_lang: int | None = None) -> torch.Tensor:
+                tgt_lang: torch.Tensor, lang_runs: Sequence[tuple[int, int]] | None = None) -> torch.Tensor:
         enc_out, enc_mask = self.encode(src_tokens)
         return self.decode(prev_output_tokens, enc_out, enc_mask, tgt_lang,
-                           groups=self.lang_groups(tgt_lang, batch_lang))
+                           groups=self.lang_groups(tgt_lang, lang_runs))
 
     # -- helpers -------------------------------------------------------------------------------
     def shift_right(self, tgt_tokens: torch.Tensor) -> torch.Tensor:
         """Decoder input: bos + target without its last position (teacher forcing)."""
         bos = torch.full_like(tgt_tokens[:, :1], self.cfg.bos_id)
         return torch.cat([bos, tgt_tokens[:, :-1]], dim=1)
+
+    def lsl_zero(self) -> torch.Tensor:
+        """A zero that depends on every LSL Parameter: added to a loss, it gives each language a
+        gradient (of zeros where the language is absent), one stack for all of them."""
+        if not len(self.lsl):
+            return self.embed.weight.new_zeros(())
+        return torch.stack([p[0] for p in self.lsl]).sum() * 0.0
 
     def t_weights(self) -> dict[str, list[float]]:
         """Learned t_l per language (rows) and CLL layer (columns): paper Fig. 6."""

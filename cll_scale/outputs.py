@@ -13,6 +13,8 @@ Two promises, kept here for every command:
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import shutil
 import tempfile
@@ -51,10 +53,109 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
         raise
 
 
+def _non_finite(obj, where: str = "") -> str | None:
+    """The key path of the first NaN or infinity in ``obj``, e.g. ``train.clip_norm``."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return where or "the value"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def json_text(obj, **kwargs) -> str:
+    """Strict JSON, as every file the project writes must be: Python's ``json`` would write NaN and
+    Infinity, which other readers (``jq``, JavaScript, Go) reject. Config boundaries refuse
+    non-finite settings first; this is the last guard, naming the value."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError:
+        raise ValueError(f"{_non_finite(obj)} is not finite: JSON cannot hold NaN or infinity") from None
+
+
 def _listing(path: Path, names: Iterable[str], limit: int = 6) -> str:
     names = sorted(names)
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names: a symlink (resolved away before) or a hard link (same inode)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_apart(out: str | os.PathLike, inputs: dict[str, str | os.PathLike | None], out_flag: str = "--out") -> Path:
+    """Refuse an output that is an input, or contains or sits inside one, before anything is read:
+    ``cll-translate --input x --output x`` would otherwise leave ``x`` holding only the translation.
+    ``inputs`` maps each input's flag to its path (``None`` or a path that does not exist, e.g. a
+    hub dataset name, has nothing local to protect). Symlinks and hard links count as the same
+    file. Returns ``out`` resolved."""
+    resolved = Path(out).resolve()
+    for flag, inp in inputs.items():
+        if inp is None or not Path(inp).exists():
+            continue
+        source = Path(inp).resolve()
+        if resolved == source or _same_file(resolved, source):
+            relation = "is"
+        elif source in resolved.parents:
+            relation = "sits inside"
+        elif resolved in source.parents:
+            relation = "contains"
+        else:
+            continue
+        named = f"{flag} " if flag.startswith("-") else ""
+        raise OutputError(f"{out_flag} {out} {relation} the input {named}{inp}; write the output elsewhere")
+    return resolved
+
+
+def check_stdin_apart(out: str | os.PathLike, out_flag: str = "--output") -> None:
+    """``cmd < x --output x``: standard input redirected from the very file the output replaces."""
+    try:
+        st_in, st_out = os.fstat(0), os.stat(out)
+    except (OSError, ValueError):
+        return
+    if (st_in.st_dev, st_in.st_ino) == (st_out.st_dev, st_out.st_ino):
+        raise OutputError(f"{out_flag} {out} is the file on standard input; write the output elsewhere")
+
+
+# Each command's output directory carries a marker that names its owner, so that one command never
+# replaces, resumes into or deletes (``--restart``) what another one wrote.
+SETTINGS = "settings.json"      # cll-bt, cll-extend: {"command": ..., "settings": ...}
+
+
+def directory_owner(path: str | os.PathLike) -> str | None:
+    """Which of our commands wrote ``path``, by its marker; ``None`` for anything else."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    settings = path / SETTINGS
+    if settings.is_file():
+        try:
+            command = json.loads(settings.read_text(encoding="utf-8")).get("command")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            command = None
+        return command if isinstance(command, str) else "an unknown command (unreadable settings.json)"
+    if (path / "manifest.json").is_file():
+        return "cll-shards build"
+    if (path / "config.json").is_file() and ((path / "metrics.jsonl").exists() or (path / "checkpoints").is_dir()):
+        return "cll-train"
+    if (path / "results.json").is_file() and (path / "results.md").is_file():
+        return "cll-eval"
+    return None
+
+
+def check_owner(out: str | os.PathLike, prog: str, out_flag: str = "--out") -> None:
+    """Refuse a directory that another of our commands wrote, with or without ``--restart`` or
+    ``--overwrite``: the message names its owner."""
+    owner = directory_owner(out)
+    if owner is not None and owner != prog:
+        raise OutputError(f"{out_flag} {out} holds a {owner} run, not a {prog} one; {prog} never writes into "
+                          f"another command's directory: choose another {out_flag}")
 
 
 def check_output(out: str | os.PathLike, *, inputs: Iterable[str | os.PathLike] = (), overwrite: bool = False,
@@ -64,16 +165,7 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable[str | os.PathLike] 
     ``strangers(dir)`` says what in an existing ``dir`` this tool did not write: ``None`` when
     the directory lacks the tool's marker altogether, else the foreign entries (``[]`` = all
     ours). Only an all-ours directory is replaced, and only with ``overwrite``."""
-    resolved = Path(out).resolve()
-    for inp in inputs:
-        source = Path(inp)
-        if not source.exists():        # e.g. a hub dataset name: nothing local to protect
-            continue
-        source = source.resolve()
-        if resolved == source or source in resolved.parents or resolved in source.parents:
-            relation = ("is" if resolved == source else
-                        "sits inside" if source in resolved.parents else "contains")
-            raise OutputError(f"--out {out} {relation} the input {inp}; write the output elsewhere")
+    resolved = check_apart(out, {f"input {n}": inp for n, inp in enumerate(inputs)})
     if not resolved.exists() and not resolved.is_symlink():
         return resolved
     if not overwrite:
@@ -104,27 +196,48 @@ def remove_stale_temps(out: Path) -> None:
             pass
 
 
+def share_modes(root: Path) -> None:
+    """Give every file under ``root`` the mode ``open()`` would (0644 under the usual umask):
+    libraries that write through a private temporary file (safetensors' ``save_file``, mkstemp)
+    leave 0600, and another user of a shared cluster then cannot load the model."""
+    mode = FILE_MODE & ~_umask()
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 != mode:
+            path.chmod(mode)
+
+
 @contextlib.contextmanager
 def atomic_dir(out: Path, replace: bool = False):
     """Yield a temporary sibling of ``out``, renamed to ``out`` when the block succeeds and
     removed when it fails: a directory is either complete or absent. With ``replace`` an existing
     ``out`` is exchanged for the new one in one step once the new one is complete. Callers decide
-    beforehand, with ``check_output``, that an existing ``out`` is theirs to replace."""
+    beforehand, with ``check_output``, that an existing ``out`` is theirs to replace. Only what
+    existed when the block began is replaced: an ``out`` that another process created meanwhile
+    (two builds into one new directory) is refused, never overwritten."""
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(out)
+    existed = replace and out.exists()
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    appeared = FileExistsError(f"{out} appeared while it was being built (another process writing it?); "
+                               "nothing was replaced")
     try:
         yield tmp
-        if out.exists() and not replace:
-            raise FileExistsError(f"{out} appeared while it was being built")
+        share_modes(tmp)
+        if out.exists() and not existed:
+            raise appeared
         if out.exists():
             exchange(tmp, out)        # ``out`` is whole at every instant: the old, then the new
             if os.environ.get("CLL_FAULT") == "kill_at_swap":   # test hook: die before the clean-up
                 os._exit(137)
         else:
-            os.replace(tmp, out)
+            try:
+                os.rename(tmp, out)       # fails on a directory that appeared since the check above
+            except OSError as err:
+                if out.exists():
+                    raise appeared from err
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)      # the new directory on failure, the old on success
 
@@ -169,20 +282,33 @@ class DirLock:
 
     def __init__(self, directory: str | os.PathLike, what: str):
         self.dir, self.what, self.fd = Path(directory), what, None
+        self.made_dir = self.made_file = False
 
     def acquire(self) -> "DirLock":
         import fcntl
         import socket
         import time
+        self.made_dir = not self.dir.exists()
         self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / self.NAME, os.O_RDWR | os.O_CREAT, FILE_MODE & ~_umask())
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+        path = self.dir / self.NAME
+        while True:
+            self.made_file = not path.exists()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE & ~_umask())
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+                os.close(fd)
+                raise BusyError(f"{self.dir} is in use by {holder}; wait for that {self.what} to end, "
+                                f"or choose another directory") from None
+            # A refused command removes the lock file it made (``abandon``); a process that opened
+            # it just before then holds a lock on a removed file, so it checks and tries again.
+            try:
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             os.close(fd)
-            raise BusyError(f"{self.dir} is in use by {holder}; wait for that {self.what} to end, "
-                            f"or choose another directory") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}, since "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n".encode())
@@ -193,3 +319,13 @@ class DirLock:
         if self.fd is not None:
             os.close(self.fd)       # closing the descriptor drops the flock
             self.fd = None
+
+    def abandon(self) -> None:
+        """Release after a refusal: a command that wrote nothing leaves nothing behind, not even
+        the lock file (which would make the directory look like one of ours to other tools)."""
+        if self.fd is not None and self.made_file:
+            (self.dir / self.NAME).unlink(missing_ok=True)      # still held: nobody else has it
+        self.release()
+        if self.made_dir:
+            with contextlib.suppress(OSError):
+                self.dir.rmdir()            # only if it is still empty

@@ -48,12 +48,14 @@ from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import (evaluate_entries, file_name, lid_pool, markdown, pairs_from_shards,
                                 select_directions, summarize)
 from cll_scale.metrics import read_rows
-from cll_scale.outputs import write_atomic
+from cll_scale.outputs import json_text, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
-TRIANGLE_LANGS = "de,fr,cs"
-SETTINGS = ("small", "paper", "paper_small")     # the recipe families of the study (issue 20)
+CONDITION_LANGS = {"triangle": "de,fr,cs", "square": "de,fr,cs,en"}    # the cycles' order (paper §4.1)
+# The recipe families: the study's (issue 20), and the diagnostics of issue 34 (small, 2,100 steps,
+# one question per variant; docs/results/triangle-diagnostics.md).
+SETTINGS = ("small", "paper", "paper_small", "diagnostics")
 
 
 class StepFailed(RuntimeError):
@@ -82,8 +84,8 @@ def build_shards(condition: str, multi30k: str, shards: Path) -> None:
         return
     cmd = [sys.executable, "-m", "data_tools", "build", "--input", multi30k, "--condition", condition,
            "--out", str(shards)]
-    if condition == "triangle":
-        cmd += ["--langs", TRIANGLE_LANGS]
+    if condition in CONDITION_LANGS:
+        cmd += ["--langs", CONDITION_LANGS[condition]]
     sh(cmd, f"building the {condition} shards")
 
 
@@ -223,7 +225,7 @@ def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
     for rel in RECORD_FILES:
         if (run_dir / rel).is_file():
             write_atomic(fresh / rel, (run_dir / rel).read_bytes())
-    write_atomic(fresh / RECORD, json.dumps({**identity, "hardware": hardware(), "run_dir": str(run_dir)}, indent=1))
+    write_atomic(fresh / RECORD, json_text({**identity, "hardware": hardware(), "run_dir": str(run_dir)}, indent=1))
     if record_dir.exists():
         record_dir.rename(old)
     fresh.rename(record_dir)
@@ -417,7 +419,7 @@ class Evaluations:
                 before = {k: v for k, v in previous.get("settings", {}).items() if k != "export"}
                 raise ValueError(
                     f"{name}: only its record is left ({run_dir}: no weights), and it was not evaluated on "
-                    f"{split} with these settings ({json.dumps(self.decoding)}; before: {json.dumps(before)}): "
+                    f"{split} with these settings ({json_text(self.decoding)}; before: {json_text(before)}): "
                     f"evaluate with the settings it was evaluated with, or move the record away to train it again")
             print(f"[cll-repro] evaluating on {split}: {name}", file=sys.stderr)
             if translator is None:
@@ -427,7 +429,7 @@ class Evaluations:
             result[split] = evaluate_entries(translator, name, pairs, directions, self.args.max_sentences,
                                              self.args.ablate_lsl, lambda s: print(s, file=sys.stderr),
                                              self.args.lid, self.pool, self.figs / "hyps" / split)
-            write_atomic(cached, json.dumps({"settings": settings, "entries": result[split]}, indent=1,
+            write_atomic(cached, json_text({"settings": settings, "entries": result[split]}, indent=1,
                                             ensure_ascii=False))
         self.done[name] = result
         return result
@@ -442,14 +444,15 @@ def seed_list(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-repro", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--condition", choices=("centered", "triangle"), required=True)
+    p.add_argument("--condition", choices=("centered", "triangle", "square"), required=True)
     p.add_argument("--variants", default="baseline,fcll",
                    help="comma-separated variants with a recipe: baseline, fcll, sd (the FFN residual of the "
                         "middle encoder layer removed, as the authors' code), sd_attn (its self-attention "
                         "residual removed, as Liu et al. 2021)")
     p.add_argument("--settings", choices=SETTINGS, default="small",
                    help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code; "
-                        "paper_small: the authors' settings at the small size, the closest a CPU trains")
+                        "paper_small: the authors' settings at the small size, the closest a CPU trains; "
+                        "diagnostics: small models that each answer one question of issue 34")
     p.add_argument("--seeds", type=seed_list,
                    help="e.g. 1,2,3: train every variant once per seed and report mean ± std over them")
     p.add_argument("--steps-per-model", type=non_negative_int, default=0,
@@ -598,7 +601,7 @@ def reproduce(args, argv) -> int:
                 entries = {k: v for name in settled for k, v in evaluations.done[name][split].items()}
                 reports[split] = summarize(entries, f"Multi30k {split}", args.beam, args.lid,
                                            log=lambda s: print(s, file=sys.stderr))
-                write_atomic(figs / f"{split}.json", json.dumps(reports[split], indent=1, ensure_ascii=False))
+                write_atomic(figs / f"{split}.json", json_text(reports[split], indent=1, ensure_ascii=False))
             path = write_report(args.condition, report_name, settled, reports, budget, command, Path(args.out),
                                 groups if args.seeds else None, pending)
             print(f"[cll-repro] wrote {path}: {len(settled)} of {len(runs)} models"

@@ -5,19 +5,29 @@ memory, and its state of a few integers resumes exactly, which a shuffle buffer 
 
 * **Disjoint ranks.** Every record batch ("block") of a shard is cut into ``world_size``
   contiguous slices; rank ``r`` only ever reads slice ``r``.
-* **Temperature sampling over directions.** Each microbatch comes from one direction, drawn with
-  probability ``q_d ∝ n_d^(1/T)`` (``T=1``: proportional to size, ``T→∞``: uniform). The draw for
-  step ``k`` depends only on ``(seed, k)``, so all ranks train the same direction — hence the
-  same target language — at the same step: the LSL of paper Eq. (3) is one plain matmul and
-  every rank touches the same parameters.
+* **Temperature sampling over directions.** Directions are drawn with probability
+  ``q_d ∝ n_d^(1/T)`` (``T=1``: proportional to size, ``T→∞``: uniform), in one of two ways
+  (``mixing``):
+
+  - ``mixed`` (the default): every microbatch holds rows of many directions, as fairseq's merged
+    multilingual batches and the authors' code do. A *mixed pool* of ``mix_rows`` rows draws its
+    share of each direction from ``(seed, pool)`` (the same on every rank), takes those rows from
+    each direction's own shuffled pool, sorts them by length and cuts them into batches. The rows
+    of a batch come ordered by target language, so the LSL dispatch of paper Eq. (3) is one
+    matmul per language present, without a gather (``Batch.lang_runs``).
+  - ``direction``: each microbatch is one direction, drawn for step ``k`` from ``(seed, k)``, so
+    all ranks train the same direction at the same step. With one microbatch a step (issue 34)
+    every optimizer step then moves the shared weights toward one target language only, and
+    Adam's moments go on moving the absent languages' LSLs; kept for the records trained so.
 * **Shuffling with bounded memory.** Per direction and epoch the blocks are permuted; a *pool*
   of ``k`` consecutive blocks is loaded, its rows shuffled, sorted by length (bucketing keeps
   padding low), cut into token-budget batches, and the batches shuffled. Memory holds one pool
   per direction. ``k`` is ``pool_blocks``, or fewer where the pools of all directions together
   would hold more than ``pool_rows`` rows (OPUS-100's 198 directions: one block each), so the
   memory is set by ``pool_rows``, neither by the corpus size nor by the number of directions.
-* **Exact resume.** The state is a few integers per direction (epoch, pool, batch in pool)
-  plus the step counter; everything else is recomputed from the seed.
+* **Exact resume.** The state is a few integers per direction (epoch, pool, batch or row in
+  pool), the step counter and, when mixing, the mixed pool and batch and the direction cursors
+  at that pool's start; everything else is recomputed from the seed.
 
 Batches carry ``src_tokens`` = ``<2tgt>`` (optional) + source ids + eos, ``tgt_tokens`` =
 target ids + eos, right-padded with the pad id, and the integer ``src_lang``/``tgt_lang``.
@@ -36,7 +46,9 @@ from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, ManifestError
 
 _SAMPLER_CHUNK = 4096
-STATE_VERSION = 1
+STATE_VERSION = 1             # ``mixing: direction``; the mixed stream's states are version 2
+MIXED_STATE_VERSION = 2
+MIXINGS = ("mixed", "direction")
 
 
 @dataclass
@@ -51,14 +63,26 @@ class StreamConfig:
     add_lang_tag: bool = True       # paper §5.2 trains without tags as an ablation
     directions: list[str] | None = None   # a subset of the split's directions
     verify: str = "full"            # shards checked at start: "full" (sha256), "size" or "none"
+    mixing: str = "mixed"           # "mixed": many directions per microbatch; "direction": one
+                                    # (the rule before issue 34; records without the key used it)
+    mix_rows: int = 8192            # rows of a mixed pool, sorted by length and cut into batches
+    rows_fraction: float = 1.0      # train on this share of each direction's rows (its first
+                                    # blocks): the data-size question of issue 34 at equal steps
 
     def __post_init__(self):
-        if min(self.max_tokens, self.pool_blocks, self.pool_rows) < 1 or self.max_sentences < 0:
-            raise ValueError("max_tokens, pool_blocks and pool_rows must be >= 1, max_sentences >= 0")
-        if self.temperature <= 0:
-            raise ValueError("temperature must be > 0")
+        if min(self.max_tokens, self.pool_blocks, self.pool_rows, self.mix_rows) < 1 or self.max_sentences < 0:
+            raise ValueError("max_tokens, pool_blocks, pool_rows and mix_rows must be >= 1, max_sentences >= 0")
+        if not 0.0 < self.rows_fraction <= 1.0:
+            raise ValueError(f"data.rows_fraction must be in (0, 1], not {self.rows_fraction}")
+        if self.mixing not in MIXINGS:
+            raise ValueError(f"data.mixing must be one of {', '.join(MIXINGS)}, not {self.mixing!r}")
+        if self.temperature <= 0 or self.seed < 0:
+            raise ValueError("data.temperature must be > 0 and data.seed >= 0")
         if self.verify not in ("size", "full", "none"):
             raise ValueError("verify must be 'size', 'full' or 'none'")
+
+
+MIXED = "mixed"      # Batch.direction of a batch that holds several directions
 
 
 @dataclass
@@ -66,10 +90,19 @@ class Batch:
     src_tokens: torch.Tensor        # (B, S) int64
     tgt_tokens: torch.Tensor        # (B, T) int64, ends with eos
     src_lang: torch.Tensor          # (B,) int64, index into manifest.languages
-    tgt_lang: torch.Tensor          # (B,) int64; one value in a training batch
-    direction: str
+    tgt_lang: torch.Tensor          # (B,) int64
+    direction: str                  # "src-tgt", or MIXED
     ntokens: int                    # non-pad target tokens (the loss denominator)
     lines: torch.Tensor | None = None   # (B,) line numbers in the corpus, for tracing rows
+    # (tgt_lang, rows) runs in row order, known on the host: the model routes the LSLs from them
+    # without reading the device (CLLTransformer.lang_groups). The stream gives them; for a batch
+    # built elsewhere of host tensors they are computed here.
+    lang_runs: tuple[tuple[int, int], ...] | None = None
+
+    def __post_init__(self):
+        if self.lang_runs is None and self.tgt_lang.device.type == "cpu":
+            values, counts = torch.unique_consecutive(self.tgt_lang, return_counts=True)
+            self.lang_runs = tuple(zip(values.tolist(), counts.tolist()))
 
     def to(self, device, non_blocking: bool = False) -> "Batch":
         """To ``device``. On CUDA the rows go through pinned memory and copy asynchronously: a copy
@@ -80,13 +113,19 @@ class Batch:
         else:
             move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
         return Batch(move(self.src_tokens), move(self.tgt_tokens), move(self.src_lang),
-                     move(self.tgt_lang), self.direction, self.ntokens, self.lines)
+                     move(self.tgt_lang), self.direction, self.ntokens, self.lines, self.lang_runs)
 
     def head(self, rows: int, tokens: int) -> "Batch":
         """The first ``rows`` rows cut to ``tokens`` positions (the trainer's out-of-memory stand-in)."""
         tgt = self.tgt_tokens[:rows, :tokens]
+        runs, left = [], rows
+        for lang, n in self.lang_runs or ():
+            if left > 0:
+                runs.append((lang, min(n, left)))
+                left -= n
         return Batch(self.src_tokens[:rows, :tokens], tgt, self.src_lang[:rows], self.tgt_lang[:rows],
-                     self.direction, int(tgt.numel()), None if self.lines is None else self.lines[:rows])
+                     self.direction, int(tgt.numel()), None if self.lines is None else self.lines[:rows],
+                     tuple(runs) if self.lang_runs is not None else None)
 
     def __len__(self) -> int:
         return self.src_tokens.shape[0]
@@ -103,6 +142,28 @@ class _Pool:
     tgt_vals: np.ndarray
     lines: np.ndarray
     batches: list[np.ndarray] = field(default_factory=list)
+    direction: np.ndarray | None = None      # per row, in a mixed pool
+    order: np.ndarray | None = None          # the rows' shuffled order, in a direction's pool when mixing
+
+
+def _take(pool: _Pool, rows: np.ndarray) -> _Pool:
+    """Rows ``rows`` of ``pool`` as a pool of their own (ids copied)."""
+    def part(lens, starts, vals):
+        lens = lens[rows]
+        idx = np.repeat(starts[rows], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        return lens, np.cumsum(lens) - lens, vals[idx]
+    return _Pool(*part(pool.src_len, pool.src_start, pool.src_vals), *part(pool.tgt_len, pool.tgt_start, pool.tgt_vals),
+                 pool.lines[rows])
+
+
+def _join(pools: list[_Pool], direction: np.ndarray) -> _Pool:
+    """One pool of the rows of ``pools``, in order; ``direction`` names each row's direction."""
+    def cat(lens, starts, vals):
+        shift = np.cumsum([0] + [len(v) for v in vals[:-1]])
+        return (np.concatenate(lens), np.concatenate([s + k for s, k in zip(starts, shift)]), np.concatenate(vals))
+    src = cat(*zip(*((p.src_len, p.src_start, p.src_vals) for p in pools)))
+    tgt = cat(*zip(*((p.tgt_len, p.tgt_start, p.tgt_vals) for p in pools)))
+    return _Pool(*src, *tgt, np.concatenate([p.lines for p in pools]), direction=direction)
 
 
 def _list_column(arr: pa.ListArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,6 +226,13 @@ class ShardStream:
                 n_blocks = -(-shard.rows // m.block_rows)
                 for i in range(n_blocks):
                     blocks.append((shard.file, i, min(m.block_rows, shard.rows - i * m.block_rows)))
+            if self.cfg.rows_fraction < 1.0:       # whole blocks, at least one
+                want, kept = self.cfg.rows_fraction * sum(b[2] for b in blocks), 0
+                for n_kept, (_, _, n) in enumerate(blocks, 1):
+                    kept += n
+                    if kept >= want:
+                        break
+                blocks = blocks[:n_kept]
             self.blocks.append(blocks)
             rows.append(sum(b[2] for b in blocks))
             if rows[-1] < world_size:
@@ -187,23 +255,47 @@ class ShardStream:
                                      self.cfg.pool_blocks, self.cfg.pool_rows)
         self.step = 0
         self.rows_seen = 0
-        self.cursor = [[0, 0, 0] for _ in self.directions]   # epoch, pool, batch within pool
+        # epoch, pool, and the batch within the pool (mixing "direction") or the row (mixed)
+        self.cursor = [[0, 0, 0] for _ in self.directions]
+        self.mixed = self.cfg.mixing == "mixed"
+        self.mix = [0, 0]                   # mixed pool, batch within it
+        self._mixed: _Pool | None = None    # the current mixed pool; ``cursor`` is then past it
+        self._mix_start = self.cursor       # the cursors at its start (the state saves these)
+        # Within a mixed batch rows go by target language in the model's LSL order (the central
+        # language, which has none, first), so the dispatch needs no gather.
+        order = {x: (-1 if x == m.central_language else i) for i, x in enumerate(m.languages)}
+        self._dir_arrays = {"tag": np.array([tok.lang_tag_ids[Direction.parse(d).tgt] for d in self.directions]),
+                            "src": np.array([m.lang_id(Direction.parse(d).src) for d in self.directions]),
+                            "tgt": np.array([m.lang_id(Direction.parse(d).tgt) for d in self.directions]),
+                            "key": np.array([order[Direction.parse(d).tgt] for d in self.directions])}
         self._pools: dict[int, tuple[tuple[int, int], _Pool]] = {}
         self._sampler_cache: tuple[int, np.ndarray] | None = None
         self._readers = lru_cache(maxsize=64)(self._open)
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"version": STATE_VERSION, "seed": self.cfg.seed, "rank": self.rank, "world_size": self.world,
-                "directions": list(self.directions), "step": self.step, "rows_seen": self.rows_seen,
-                "pool_blocks": self.pool_blocks, "cursor": [list(c) for c in self.cursor]}
+        state = {"version": MIXED_STATE_VERSION if self.mixed else STATE_VERSION, "seed": self.cfg.seed,
+                 "rank": self.rank, "world_size": self.world, "directions": list(self.directions),
+                 "step": self.step, "rows_seen": self.rows_seen, "pool_blocks": self.pool_blocks}
+        if not self.mixed:
+            return {**state, "cursor": [list(c) for c in self.cursor]}
+        # The current mixed pool is rebuilt from the cursors at its start, then its batches skipped.
+        start = self._mix_start if self._mixed is not None else self.cursor
+        return {**state, "cursor": [list(c) for c in start], "mix": list(self.mix),
+                "mix_rows": self.cfg.mix_rows}
 
     def load_state_dict(self, state: dict, strict_world: bool = True) -> None:
         """Restore a saved position. At another world size the ranks' slices differ, so each
         direction restarts at the beginning of its current pool (``strict_world=False``); if the
         pool size differs too, at the pool that holds the first block of the saved one."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"stream state version {state.get('version')!r} is not {STATE_VERSION}")
+        version = MIXED_STATE_VERSION if self.mixed else STATE_VERSION
+        if state.get("version") != version:
+            saved = {STATE_VERSION: "direction", MIXED_STATE_VERSION: "mixed"}.get(state.get("version"))
+            raise ValueError(f"stream state version {state.get('version')!r} is not {version}" + (
+                f": the run was trained with data.mixing={saved}, resume it with that" if saved else ""))
+        if self.mixed and state["mix_rows"] != self.cfg.mix_rows:
+            raise ValueError(f"stream state was saved with data.mix_rows={state['mix_rows']}, "
+                             f"this stream has {self.cfg.mix_rows}")
         if state["directions"] != self.directions or state["seed"] != self.cfg.seed:
             raise ValueError("stream state was saved for other directions or another seed")
         same = state["world_size"] == self.world and state["rank"] == self.rank
@@ -217,6 +309,9 @@ class ShardStream:
         self.step, self.rows_seen = int(state["step"]), int(state["rows_seen"])
         self.cursor = [[int(e), int(p) * saved_k // self.pool_blocks, int(b) if same else 0]
                        for e, p, b in state["cursor"]]
+        if self.mixed:
+            self.mix = [int(state["mix"][0]), int(state["mix"][1]) if same else 0]
+        self._mixed = None
         self._pools.clear()
 
     @property
@@ -230,10 +325,53 @@ class ShardStream:
         return self
 
     def __next__(self) -> Batch:
-        d = self._direction_at(self.step)
-        batch = self._next_from(d)
+        batch = self._next_mixed() if self.mixed else self._next_from(self._direction_at(self.step))
         self.step += 1
         return batch
+
+    def _next_mixed(self) -> Batch:
+        while True:
+            if self._mixed is None:
+                self._mix_start = [list(c) for c in self.cursor]
+                self._mixed = self._mixed_pool(self.mix[0])
+            if self.mix[1] >= len(self._mixed.batches):
+                self.mix, self._mixed = [self.mix[0] + 1, 0], None
+                continue
+            rows = self._mixed.batches[self.mix[1]]
+            self.mix[1] += 1
+            self.rows_seen += len(rows)
+            return self._collate_mixed(self._mixed, rows)
+
+    def _mixed_pool(self, index: int) -> _Pool:
+        """Mixed pool ``index``: each direction's share of ``mix_rows`` drawn from (seed, index),
+        the same on every rank, its rows taken in turn from that direction's own shuffled pools."""
+        counts = np.random.default_rng([self.cfg.seed, 0x313, index]).multinomial(self.cfg.mix_rows, self.probs)
+        parts, dirs = [], []
+        for d, n in enumerate(counts.tolist()):
+            for part in self._take_rows(d, n):
+                parts.append(part)
+                dirs.append(np.full(len(part.lines), d))
+        pool = _join(parts, np.concatenate(dirs))
+        pool.batches = self._plan(pool, np.random.default_rng([self.cfg.seed, 0x313, index, self.rank]))
+        return pool
+
+    def _take_rows(self, d: int, n: int) -> list[_Pool]:
+        """The next ``n`` rows of direction ``d`` (across its pools and epochs), cursor advanced."""
+        out = []
+        while n > 0:
+            epoch, pool_idx, offset = self.cursor[d]
+            if pool_idx >= -(-len(self.blocks[d]) // self.pool_blocks):
+                self.cursor[d] = [epoch + 1, 0, 0]
+                continue
+            pool = self._pool(d, epoch, pool_idx)
+            if offset >= len(pool.order):
+                self.cursor[d] = [epoch, pool_idx + 1, 0]
+                continue
+            k = min(n, len(pool.order) - offset)
+            out.append(_take(pool, pool.order[offset:offset + k]))
+            self.cursor[d] = [epoch, pool_idx, offset + k]
+            n -= k
+        return out
 
     def _direction_at(self, step: int) -> int:
         chunk = step // _SAMPLER_CHUNK
@@ -280,7 +418,11 @@ class ShardStream:
                 tgt.append(rb.column("tgt_ids").slice(lo, hi - lo))
                 lines.append(rb.column("line").slice(lo, hi - lo).to_numpy())
         pool = _Pool(*_concat_lists(src), *_concat_lists(tgt), _concat_ints(lines))
-        pool.batches = self._plan(pool, np.random.default_rng([self.cfg.seed, d, epoch, pool_idx, self.rank]))
+        rng = np.random.default_rng([self.cfg.seed, d, epoch, pool_idx, self.rank])
+        if self.mixed:       # rows go to mixed pools in this order
+            pool.order = rng.permutation(len(pool.lines))
+        else:
+            pool.batches = self._plan(pool, rng)
         self._pools[d] = ((epoch, pool_idx), pool)
         return pool
 
@@ -295,6 +437,13 @@ class ShardStream:
     def _collate(self, d: int, pool: _Pool, rows: np.ndarray) -> Batch:
         return _collate(pool, rows, self.tag_ids[d] if self.cfg.add_lang_tag else None,
                         self.src_lang[d], self.tgt_lang[d], self.directions[d], self.pad, self.eos)
+
+    def _collate_mixed(self, pool: _Pool, rows: np.ndarray) -> Batch:
+        a = self._dir_arrays
+        rows = rows[np.argsort(a["key"][pool.direction[rows]], kind="stable")]
+        dirs = pool.direction[rows]
+        return _collate(pool, rows, a["tag"][dirs] if self.cfg.add_lang_tag else None, a["src"][dirs],
+                        a["tgt"][dirs], MIXED, self.pad, self.eos)
 
 
 def pool_size(block_rows: list[list[int]], pool_blocks: int, pool_rows: int) -> int:
@@ -327,17 +476,22 @@ def _cut(order: np.ndarray, cost: np.ndarray, max_tokens: int, max_sentences: in
     return batches
 
 
-def _collate(pool: _Pool, rows: np.ndarray, tag: int | None, src_lang: int, tgt_lang: int,
-             direction: str, pad: int, eos: int) -> Batch:
+def _collate(pool: _Pool, rows: np.ndarray, tag: int | np.ndarray | None, src_lang: int | np.ndarray,
+             tgt_lang: int | np.ndarray, direction: str, pad: int, eos: int) -> Batch:
+    """The batch of ``rows``; tag and languages are one value for all rows or one per row."""
     s_len, t_len = pool.src_len[rows], pool.tgt_len[rows]
     n = len(rows)
-    prefix = None if tag is None else np.full(n, tag)
+    per_row = lambda v: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,))  # noqa: E731
+    prefix = None if tag is None else per_row(tag)
     src = _gather_padded(pool.src_start[rows], s_len, pool.src_vals,
                          int(s_len.max()) + 1 + (prefix is not None), pad, prefix, eos)
     tgt = _gather_padded(pool.tgt_start[rows], t_len, pool.tgt_vals, int(t_len.max()) + 1, pad, None, eos)
-    return Batch(torch.from_numpy(src), torch.from_numpy(tgt),
-                 torch.full((n,), src_lang, dtype=torch.long), torch.full((n,), tgt_lang, dtype=torch.long),
-                 direction, int(t_len.sum()) + n, torch.from_numpy(pool.lines[rows]))
+    tgt_lang = per_row(tgt_lang)
+    starts = np.flatnonzero(np.r_[True, tgt_lang[1:] != tgt_lang[:-1]])
+    runs = tuple(zip(tgt_lang[starts].tolist(), np.diff(np.r_[starts, n]).tolist()))
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt), torch.from_numpy(per_row(src_lang).copy()),
+                 torch.from_numpy(tgt_lang.copy()), direction, int(t_len.sum()) + n,
+                 torch.from_numpy(pool.lines[rows]), runs)
 
 
 def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: int = 4096,

@@ -33,14 +33,13 @@ from tqdm.auto import tqdm
 from cll_scale import engine as ds
 from cll_scale.checkpointer import BEST_EXPORT, Checkpointer, git_commit
 from cll_scale.cli import DeviceError, add_debug_argument, non_negative_int, positive_int, run
-from cll_scale.config import PRESETS, TrainConfig, apply_overrides, build_configs, load_recipe
+from cll_scale.config import LEGACY_MODEL, PRESETS, TrainConfig, apply_overrides, build_configs, load_recipe
 from cll_scale.export import export_model_config, load_export
-from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
 from cll_scale.metrics import MetricsLog, MetricsWindow
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.optim import GuardedAdamW, inverse_sqrt
-from cll_scale.outputs import DirLock, write_atomic
+from cll_scale.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.stream import ShardStream
 from cll_scale.validator import Validator
 
@@ -136,6 +135,11 @@ class Trainer:
         if not (self.cfg.max_steps or self.cfg.max_minutes or self.cfg.max_epochs):
             raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
         self.run_dir = Path(self.cfg.run_dir)
+        if resume and not self.run_dir.is_dir():
+            raise FileNotFoundError(f"--resume: {self.run_dir} does not exist, so there is nothing to resume; "
+                                    "check --run-dir, or drop --resume to start a new run")
+        check_owner(self.run_dir, "cll-train", "--run-dir")
+        check_apart(self.run_dir, {"--data": data_dir, "train.init_from": init_from}, "--run-dir")
         # One process writes a run directory (rank 0 of the run holds the lock until train() ends).
         self.lock = ds.on_rank0(DirLock(self.run_dir, "training run").acquire, str(self.run_dir))
         try:
@@ -155,6 +159,8 @@ class Trainer:
             raise FileExistsError(f"{self.run_dir} already has checkpoints; pass --resume to continue "
                                   f"it, or choose another run directory")
         tag, universal = self.checkpointer.resumable_tag(self.world, self.log)
+        if resume and not tag:
+            self.log(f"warning: --resume, but {self.run_dir} holds no checkpoint yet: training starts at step 0")
         if tag:
             self._check_recorded_settings()
         if self.rank == 0:
@@ -163,10 +169,14 @@ class Trainer:
         # (the rank that finds it raises; the launcher then stops the others). The processes of
         # a node share the hashing of its files, so each byte is read once per node.
         self.stream = ShardStream(data_dir, self.stream_cfg, self.rank, self.world, verify_part=local_part())
-        self.lang_index = {x: i for i, x in enumerate(self.manifest.languages)}
         torch.manual_seed(self.cfg.seed)        # identical initial weights on every rank
         self.model = CLLTransformer(self.model_cfg)
         self.frozen = self._init_and_freeze(tag)
+        # ZeRO-2 reduces gradients in buckets filled as parameters get theirs: ranks whose mixed
+        # batches hold different target languages would fill different buckets, and their
+        # collectives would not pair. A zero term gives every rank every LSL's gradient (zeros for
+        # an absent language, which ZeRO-2's flat buffers hold for it anyway).
+        self.touch_lsls = self.world > 1 and self.stream.mixed and len(self.model.lsl) > 0
         self.loss_fn = label_smoothed_loss
         if self.cfg.compile:
             backends = torch._dynamo.list_backends(exclude_tags=())
@@ -202,8 +212,8 @@ class Trainer:
         if self.rank == 0:
             resolved = {"preset": recipe.get("preset", "small"), "model": self.model_cfg.to_json(),
                         "data": asdict(self.stream_cfg), "train": asdict(self.cfg)}
-            write_atomic(self.run_dir / "config.json", json.dumps(resolved, indent=1))
-            write_atomic(self.run_dir / "ds_config.json", json.dumps(ds_cfg, indent=1))
+            write_atomic(self.run_dir / "config.json", json_text(resolved, indent=1))
+            write_atomic(self.run_dir / "ds_config.json", json_text(ds_cfg, indent=1))
             (self.run_dir / "git.txt").write_text(git_commit() + "\n")
         if self.validator.split is None:
             self.log("the shards have no validation split: no validation, and no export-best/")
@@ -215,7 +225,7 @@ class Trainer:
         path = self.run_dir / "config.json"
         if not path.is_file():
             return
-        recorded = json.loads(path.read_text()).get("model", {})
+        recorded = {**LEGACY_MODEL, **json.loads(path.read_text()).get("model", {})}
         now = self.model_cfg.to_json()
         diff = [f"model.{k}={recorded[k]!r} (now {now[k]!r})" for k in sorted(now)
                 if k in recorded and recorded[k] != now[k] and k != "languages"]
@@ -386,12 +396,11 @@ class Trainer:
         short row of the same target language instead, so its gradient reductions still pair
         with the other ranks' (fairseq recovers the same way)."""
         eng, model = self.engine, self.engine.module
-        lang = self.lang_index[Direction.parse(batch.direction).tgt]
         try:
             dev = batch.to(self.device)
             if self._fault("oom", self.step + 1):
                 raise torch.OutOfMemoryError("injected by CLL_FAULT")
-            logits = eng(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, batch_lang=lang)
+            logits = eng(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs)
             loss, nll = self.loss_fn(logits, dev.tgt_tokens, self.model_cfg.pad_id, self.cfg.label_smoothing)
             oom = False
         except torch.OutOfMemoryError:
@@ -405,9 +414,11 @@ class Trainer:
                   f"{batch.tgt_tokens.shape[1]} target tokens; the step is skipped on every rank",
                   file=sys.stderr, flush=True)
             dev = batch.head(rows=1, tokens=2).to(self.device)
-            logits = eng(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, batch_lang=lang)
+            logits = eng(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs)
             loss, nll = label_smoothed_loss(logits, dev.tgt_tokens, self.model_cfg.pad_id, 0.0)
             loss, nll = loss * 0.0, nll * 0.0
+        if self.touch_lsls:
+            loss = loss + model.lsl_zero()
         if self._fault("nan", self.step + 1):
             loss = loss * float("nan")
         finite = torch.zeros((), dtype=torch.bool, device=self.device) if oom else torch.isfinite(loss)
@@ -622,12 +633,12 @@ def main(argv: list[str] | None = None) -> int:
             ds.shutdown()
             if int(os.environ.get("RANK", 0)) == 0:
                 print(format_dry_run(figures, recipe.get("train", {}).get("run_dir", TrainConfig.run_dir)))
-                print(json.dumps({"dry_run": figures}))
+                print(json_text({"dry_run": figures}))
             return 0
         result = Trainer(recipe_from_args(args), resume=args.resume).train()
         ds.shutdown()
         if int(os.environ.get("RANK", 0)) == 0:
-            print(json.dumps(result))
+            print(json_text(result))
         return 0
     return run("cll-train", body, args.debug)
 

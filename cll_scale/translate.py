@@ -21,7 +21,7 @@ from cll_scale.decoding import DecodeConfig, beam_search
 from cll_scale.export import load_export
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
-from cll_scale.outputs import OutputError, write_atomic
+from cll_scale.outputs import OutputError, check_apart, check_stdin_apart, write_atomic
 
 log = logging.getLogger("cll_scale.translate")
 
@@ -130,6 +130,10 @@ class Translator:
         self.pad, self.bos, self.eos = tok.pad_id, tok.bos_id, tok.eos_id
         limit = self.cfg.max_src_tokens or self.manifest.max_tokens
         self.max_src = min(limit, self.model.cfg.max_positions - 2)
+        longest = self.model.cfg.max_positions - 1      # outputs are cut there, whatever a and b say
+        if self.cfg.decode.min_len > longest:
+            raise ValueError(f"--min-len {self.cfg.decode.min_len} exceeds the longest output this model can "
+                             f"write ({longest} subwords, its max_positions - 1); it would be ignored")
 
     @classmethod
     def load(cls, export_dir: str | Path, device: str | torch.device = "cpu",
@@ -208,7 +212,12 @@ class Translator:
         src = src.to(self.device)
         lengths = torch.tensor([len(r) for r in rows], device=self.device)
         d = self.cfg.decode
-        max_lens = (lengths.float() * d.max_len_a + d.max_len_b).long().clamp(max=self.model.cfg.max_positions - 1)
+        # Clamped before the cast: a * length + b beyond int64 (--max-len-a 1e19) would wrap to a
+        # negative length, i.e. an empty output.
+        max_lens = (lengths.double() * d.max_len_a + d.max_len_b).clamp(max=self.model.cfg.max_positions - 1).long()
+        if d.min_len > d.max_len_b and bool((max_lens < d.min_len).any()):
+            log.warning("--min-len %d exceeds the longest output allowed for some sentences (a · source length "
+                        "+ b, at most %d here): those outputs stop at that length", d.min_len, int(max_lens.min()))
         stepper = ModelStepper(self.model, src, torch.tensor(lang_ids, device=self.device), use_lsl, use_cache)
         return beam_search(stepper, len(rows), max_lens, self.bos, self.eos, d, self.device)
 
@@ -254,20 +263,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_output_path(path: str) -> Path:
-    """An output file whose directory exists and that is not a directory: refused before any work."""
+def check_output_path(path: str, input_path: str | None) -> Path:
+    """An output file whose directory exists, that is not a directory and not the input (by any
+    name, or redirected to standard input): refused before any work."""
     out = Path(path)
     if out.is_dir():
         raise OutputError(f"--output {path} is a directory; give a file name")
     if not out.parent.is_dir():
         raise OutputError(f"--output {path}: the directory {out.parent} does not exist")
+    check_apart(out, {"--input": input_path}, "--output")
+    if input_path is None:
+        check_stdin_apart(out)
     return out
+
+
+def open_streams(args) -> None:
+    """A closed standard input or output (``<&-``, ``>&-``) is a usage error, found before the model loads."""
+    if args.input is None and sys.stdin is None:
+        raise ValueError("standard input is closed; give --input FILE or redirect a file into the command")
+    if args.output is None and sys.stdout is None:
+        raise ValueError("standard output is closed; give --output FILE")
 
 
 def translate_cli(args) -> int:
     if not args.tsv and not args.tgt_lang:
         raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
-    out = check_output_path(args.output) if args.output else None
+    open_streams(args)
+    out = check_output_path(args.output, args.input) if args.output else None
     cfg = TranslateConfig(config_from_args(DecodeConfig, args), max_tokens=args.max_tokens or 0)
     translator = Translator.load(args.model, pick_device(args.device), cfg)
     for code in filter(None, (args.src_lang, args.tgt_lang)):

@@ -11,7 +11,6 @@ from pathlib import Path
 import torch
 
 from cll_scale import engine as ds
-from cll_scale.languages import Direction
 from cll_scale.model import label_smoothed_loss
 from cll_scale.stream import Batch, eval_batches
 
@@ -49,12 +48,12 @@ class Validator:
         directions = self.manifest.splits[self.split].directions()
         sums = torch.zeros(len(directions), 2, dtype=torch.float64, device=self.device)   # nll, tokens
         for k, direction in enumerate(directions):
-            lang = self.manifest.languages.index(Direction.parse(direction).tgt)
             for i, batch in enumerate(self._batches(direction, model.cfg.pad_id)):
                 if self.cfg.valid_max_batches and i >= self.cfg.valid_max_batches:
                     break
                 batch = batch.to(self.device)
-                logits = engine(batch.src_tokens, model.shift_right(batch.tgt_tokens), batch.tgt_lang, batch_lang=lang)
+                logits = engine(batch.src_tokens, model.shift_right(batch.tgt_tokens), batch.tgt_lang,
+                                lang_runs=batch.lang_runs)
                 sums[k, 0] += label_smoothed_loss(logits, batch.tgt_tokens, model.cfg.pad_id, 0.0)[1].double()
                 sums[k, 1] += batch.ntokens
         torch.distributed.all_reduce(sums)

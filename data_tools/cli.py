@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.cli import add_debug_argument, run
+from cll_scale.cli import add_debug_argument, non_negative_int, run
 from cll_scale.manifest import Manifest
 from data_tools.build import BuildConfig, build_shards
 from data_tools.sources import CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--block-rows", type=int, default=1024, help="rows per record batch")
     b.add_argument("--shard-rows", type=int, default=1_000_000, help="rows per shard file at most")
     b.add_argument("--compression", choices=("zstd", "lz4", "none"), default="zstd")
-    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--seed", type=non_negative_int, default=1)
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
     b.set_defaults(func=cmd_build)
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--scale-eval", action="store_true",
                     help="scale dev, test and zero-shot test sets too (default: their real sizes, 2,000 pairs)")
     sy.add_argument("--langs", help="comma-separated OPUS-100 languages to pair with en (default: all 99)")
-    sy.add_argument("--seed", type=int, default=1, help="same arguments and seed: byte-identical files")
+    sy.add_argument("--seed", type=non_negative_int, default=1, help="same arguments and seed: byte-identical files")
     sy.add_argument("--overwrite", action="store_true", help="replace a corpus that synth wrote (and nothing else)")
     sy.set_defaults(func=cmd_synth)
     return parser

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from cll_scale.outputs import atomic_dir, check_output, write_atomic
+from cll_scale.outputs import atomic_dir, check_output, json_text, write_atomic
 
 MARKER = "synth.json"
 TOOL = "cll-shards synth"
@@ -375,6 +375,6 @@ def synthesize(out: str | os.PathLike, scale: float, seed: int = 1, langs: list[
             "pairs": {p.pair: {"kind": p.kind, **p.rows} for p in plans},
             "files": sorted(str(f) for p in plans for split in p.rows for f in split_files(p, split)),
         }
-        write_atomic(tmp / MARKER, json.dumps(marker, indent=1) + "\n")
+        write_atomic(tmp / MARKER, json_text(marker, indent=1) + "\n")
     seconds = time.perf_counter() - started
     return {**marker, "seconds": seconds, "pairs_per_s": total / max(seconds, 1e-9)}

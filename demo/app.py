@@ -190,8 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
     p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=7860)
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=port_number, default=7860, help="TCP port, 1-65535")
     p.add_argument("--concurrency", type=positive_int, default=2, help="requests translated at once; others queue")
     p.add_argument("--max-chars", type=positive_int, default=MAX_CHARS, help="longest input accepted")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
@@ -199,7 +199,36 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def port_number(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text}: a TCP port is 1-65535")
+    return value
+
+
+def check_host(host: str) -> None:
+    """An address this machine cannot serve on is named as such: gradio would report it as
+    "cannot find an empty port"."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as err:
+        raise ValueError(f"--host {host}: not an address or a known host name ({err})") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind((address[0], 0))
+                return
+            except OSError as err:
+                problem = err
+    raise ValueError(f"--host {host}: this machine cannot serve on that address ({problem.strerror})")
+
+
 def launch(args, block: bool = True):
+    check_host(args.host)
+    if args.examples and not Path(args.examples).is_dir():
+        raise FileNotFoundError(2, "--examples: no such directory (a multi-way test directory, e.g. Multi30k)",
+                                args.examples)
     demo = Demo(parse_models(args.model), pick_device(args.device), args.max_chars)
     app = build_app(demo, args.examples)
     app.queue(default_concurrency_limit=args.concurrency, max_size=256)

@@ -238,7 +238,7 @@ def test_compiled_blocks_trace_once_for_every_batch_shape_and_language():
         results = []
         for model, fn in ((eager, label_smoothed_loss), (compiled, loss_fn)):
             torch.manual_seed(i)                      # the same dropout draws
-            logits = model(src, model.shift_right(tgt), torch.full((b,), lang), batch_lang=lang)
+            logits = model(src, model.shift_right(tgt), torch.full((b,), lang), lang_runs=((lang, b),))
             loss, _ = fn(logits, tgt, 0, 0.1)
             model.zero_grad()
             loss.backward()
@@ -248,3 +248,59 @@ def test_compiled_blocks_trace_once_for_every_batch_shape_and_language():
         assert (lsl0 is None) == (lsl1 is None) and (lsl0 is None or torch.allclose(lsl0, lsl1, atol=1e-6))
     assert counters["stats"]["unique_graphs"] == 6, dict(counters["stats"])
     assert counters["frames"]["ok"] == 6, dict(counters["frames"])
+
+
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_lsl_path_gets_its_own_dropout_once_as_the_authors_do(pre_norm):
+    """Issue 34: the FFN output gets `dropout`, the LSL output `cll_dropout`, each once, before the
+    sum. With `cll_dropout` 0 and the FFN silenced, the LSL path must then pass through a training
+    forward untouched; the old rule (`double`) dropped it again with the layer's `dropout`."""
+    h = torch.randn(3, 5, 32)
+    results = {}
+    for rule in ("authors", "double"):
+        torch.manual_seed(0)
+        cfg = ModelConfig(**PRESETS["tiny"], vocab_size=60, languages=LANGS, central_language="en", variant="fcll",
+                          dropout=0.5, cll_dropout=0.0, lsl_dropout=rule, pre_norm=pre_norm)
+        model = CLLTransformer(cfg)
+        layer = model.decoder[0]
+        torch.nn.init.zeros_(layer.ffn.ffn.fc2.weight)      # FFN(h) = 0: the sublayer is t · LSL(h) alone
+        torch.nn.init.zeros_(layer.ffn.ffn.fc2.bias)
+        groups = model.lang_groups(torch.full((3,), 1), ((1, 3),))
+        ffn = lambda x: layer.ffn(x, groups)                 # noqa: E731
+        layer.eval()
+        expected = layer._sublayer(h, ffn, layer.norm3, layer.ffn_dropout)
+        layer.train()
+        results[rule] = torch.allclose(layer._sublayer(h, ffn, layer.norm3, layer.ffn_dropout), expected)
+    assert results == {"authors": True, "double": False}
+    # And the FFN path still gets `dropout` once under the authors' rule: half its elements zeroed.
+    torch.manual_seed(0)
+    cfg = ModelConfig(**PRESETS["tiny"], vocab_size=60, languages=LANGS, central_language="en", variant="fcll",
+                      dropout=0.5, cll_dropout=0.0)
+    layer = CLLTransformer(cfg).decoder[0].train()
+    out = layer.ffn(h, None)             # the central language: FFN alone
+    assert 0.4 < float((out == 0).float().mean()) < 0.6
+
+
+def test_records_without_the_rule_read_as_the_rule_that_trained_them():
+    cfg = ModelConfig(**PRESETS["tiny"], vocab_size=60, languages=LANGS, central_language="en")
+    assert cfg.lsl_dropout == "authors"                       # the default since issue 34
+    old = {k: v for k, v in cfg.to_json().items() if k != "lsl_dropout"}
+    assert ModelConfig.from_json(old).lsl_dropout == "double"  # exports and configs written before it
+    with pytest.raises(ValueError, match="lsl_dropout must be one of"):
+        ModelConfig(**PRESETS["tiny"], languages=LANGS, lsl_dropout="once")
+
+
+def test_host_language_runs_route_like_the_device_sort():
+    model = make()
+    src, tgt = batch()
+    tgt_lang = torch.tensor([0, 0, 1, 2, 2, 3])
+    by_device = model(src, model.shift_right(tgt), tgt_lang)
+    by_host = model(src, model.shift_right(tgt), tgt_lang, lang_runs=((0, 2), (1, 1), (2, 2), (3, 1)))
+    assert torch.equal(by_device, by_host)
+    groups = model.lang_groups(tgt_lang, ((0, 2), (1, 1), (2, 2), (3, 1)))
+    assert groups.order is None and [g[0] for g in groups.groups] == [-1, 0, 1, 2]
+    shuffled = torch.tensor([3, 0, 1, 0, 2, 2])              # runs out of LSL order: sorted on the device
+    runs = ((3, 1), (0, 1), (1, 1), (0, 1), (2, 2))
+    assert model.lang_groups(shuffled, runs).order is not None
+    assert torch.equal(model(src, model.shift_right(tgt), shuffled, lang_runs=runs),
+                       model(src, model.shift_right(tgt), shuffled))

@@ -111,7 +111,7 @@ def check_first_sentences(m, model, engine, shards, n=12):
                 for line in batch.lines.tolist():
                     if line <= n:
                         (one,) = lines_between([batch], line - 1, line, 0, 1024)
-                        logits = model(one.src_tokens, model.shift_right(one.tgt_tokens), one.tgt_lang, batch_lang=lang)
+                        logits = model(one.src_tokens, model.shift_right(one.tgt_tokens), one.tgt_lang, lang_runs=((lang, len(one)),))
                         nll += float(label_smoothed_loss(logits, one.tgt_tokens, 0, 0.0)[1])
                         tokens += one.ntokens
             assert got == pytest.approx(nll / tokens, rel=1e-5), direction

@@ -180,9 +180,10 @@ def test_simulated_two_node_launch(m30k_centered, tmp_path):
 
 
 def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered, tmp_path):
-    """What holds for a language absent from a step (FCLL, ZeRO-2, AdamW): its LSL gets no gradient,
-    so before it is first trained it stays bit-identical to its initial value; once trained, later
-    steps without it still move it, by AdamW's momentum (ZeRO updates its whole flat partition)."""
+    """What holds for a language absent from a step (FCLL, ZeRO-2, AdamW, one direction per step):
+    its LSL gets no gradient, so before it is first trained it stays bit-identical to its initial
+    value; once trained, later steps without it still move it, by AdamW's momentum (ZeRO updates its
+    whole flat partition). Issue 34's finding 1, kept as a specification of data.mixing=direction."""
     import torch
     from cll_scale.config import ModelConfig
     from cll_scale.model import CLLTransformer
@@ -190,7 +191,7 @@ def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered
     from tests.test_train_step import checkpoint_weights
     run = tmp_path / "run"
     cll_train(*common(m30k_centered, run, 4, "--set", "train.ckpt_every=1", "--set", "train.keep_last=10",
-                      "--set", "train.export=false"))
+                      "--set", "train.export=false", "--set", "data.mixing=direction"))
     config = json.loads((run / "config.json").read_text())
     model_cfg = ModelConfig.from_json(config["model"])
     stream = ShardStream(m30k_centered, StreamConfig(**config["data"]))
