@@ -77,6 +77,8 @@ class BTConfig(FineTuneSettings):
         if unknown:
             raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {self.data} "
                              f"({', '.join(manifest.languages)})")
+        finetune.check_fine_tuning_inputs(self, manifest, self.data, self.out,
+                                          {"--model": self.model, "--data": self.data})
         model = Manifest.load(self.model)        # an export carries the manifest it was trained on
         if model.languages != manifest.languages or model.tokenizer.sha256 != manifest.tokenizer.sha256:
             raise ValueError(f"--model {self.model} was not trained on --data {self.data} (languages "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import torch
 
 from cll_scale import engine as ds
 from cll_scale.export import write_export
+from cll_scale.outputs import write_atomic
 
 BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (TrainConfig.best_metric)
 
@@ -62,10 +64,27 @@ class Checkpointer:
         tag, warning = ds.resumable_tag(self.dir)
         if warning:
             log(f"warning: {warning}")
+            self._set_aside_newer_than(tag, log)
         universal = bool(tag) and ds.checkpoint_world_size(self.dir, tag) != world
         if universal:
             tag = ds.convert_to_universal(self.dir, tag)
         return tag, universal
+
+    def _set_aside_newer_than(self, tag: str, log) -> None:
+        """A checkpoint found damaged is never used again: the tags newer than the one resumed
+        from move to ``damaged-<tag>`` (kept for inspection, out of every glob of ``step*``) and
+        ``latest`` names the one resumed from. Otherwise the run would reach the damaged step,
+        find ``latest`` already naming it, skip the save and export from the damaged files."""
+        if self.rank == 0:
+            for path in sorted(self.dir.glob("step*")):
+                name = path.name.removesuffix("_universal")
+                if path.is_dir() and name > tag:
+                    aside = self.dir / f"damaged-{path.name}"
+                    shutil.rmtree(aside, ignore_errors=True)
+                    path.rename(aside)
+                    log(f"moved the damaged {path.name} aside to {aside.name}")
+            write_atomic(self.dir / "latest", tag)
+        ds.barrier()
 
     def save(self, engine, step: int, client_state, fault: str = "") -> str:
         """Save ``step`` on every rank (``client_state()`` is called only when a save happens)."""

@@ -227,7 +227,11 @@ def load_recipe(path: str | Path) -> dict:
     """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "train": {...}}`` in YAML or JSON.
     A file that does not parse, or whose sections are not mappings, is an error naming the file
     and line."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r}); "
+                         "save the recipe as UTF-8") from None
     if str(path).endswith((".yaml", ".yml")):
         import yaml
         try:

@@ -40,7 +40,8 @@ from cll_scale.checkpointer import chosen_export
 from cll_scale.cli import csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import load_export, write_export
-from cll_scale.finetune import FineTuneSettings, before_after, fine_tuning_recipe, open_output
+from cll_scale.finetune import (FineTuneSettings, before_after, check_fine_tuning_inputs, fine_tuning_recipe,
+                                open_output)
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
@@ -132,6 +133,8 @@ def check_inputs(cfg: ExtendConfig) -> None:
                          f"{', '.join(old.languages)}")
     if Manifest.load(cfg.model).languages != old.languages:      # the export carries its manifest
         raise ValueError(f"{cfg.model} was not trained on {cfg.data} (other languages)")
+    check_fine_tuning_inputs(cfg, old, cfg.data, cfg.out, {"--model": cfg.model, "--data": cfg.data,
+                                                           "--corpus": cfg.corpus})
 
 
 def build_data(cfg: ExtendConfig) -> Path:

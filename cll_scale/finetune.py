@@ -18,15 +18,21 @@ from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_report
 from cll_scale.manifest import Manifest
-from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_owner, json_text, write_atomic
+from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_apart, check_owner, json_text, write_atomic
 from cll_scale.train import Interrupted
 from cll_scale.translate import TranslateConfig, Translator
 
-def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool) -> None:
+def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
+                    identity: dict | None = None) -> None:
     """Record ``settings`` in ``out`` on the first run; a re-run with others (except
     ``may_change``, e.g. more epochs or another evaluation) is an error naming each difference.
-    ``restart`` discards a previous run of this command (never a directory it did not write)."""
+    ``restart`` discards a previous run of this command (never a directory it did not write).
+
+    ``identity`` holds a content fingerprint of each input path: a run whose inputs (or itself)
+    were moved resumes from their new paths when the contents are the same. A run that failed
+    before writing anything but its settings may be re-run with other settings."""
     path = out / SETTINGS
+    identity = identity or {}
     check_owner(out, prog)          # before --restart may delete anything
     if restart and out.exists():
         if not path.is_file():
@@ -35,36 +41,90 @@ def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], 
         for entry in out.iterdir():
             if entry.name != DirLock.NAME:      # the lock this process holds stays
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    if path.is_file():
-        old = json.loads(path.read_text())["settings"]
-        diff = [k for k in sorted(set(old) | set(settings)) if k not in may_change and old.get(k) != settings.get(k)]
+    produced = out.is_dir() and any(e.name not in (DirLock.NAME, SETTINGS) for e in out.iterdir())
+    if path.is_file() and produced:
+        recorded = json.loads(path.read_text())
+        old, old_identity = recorded["settings"], recorded.get("identity", {})
+
+        def same(k: str) -> bool:
+            if old.get(k) == settings.get(k) or k == "out":      # a moved run is the same run
+                return True
+            return k in PATH_SETTINGS and old_identity.get(k) is not None and old_identity.get(k) == identity.get(k)
+        diff = [k for k in sorted(set(old) | set(settings)) if k not in may_change and not same(k)]
         if diff:
             listed = ", ".join(f"--{k.replace('_', '-')} {old.get(k)!r} (now {settings.get(k)!r})" for k in diff)
+            moved = [k for k in diff if k in PATH_SETTINGS]
+            hint = (f" If {', '.join('--' + k for k in moved)} only moved, give the new path of the same "
+                    "contents (a run recorded before content fingerprints needs the old path, e.g. a symlink)."
+                    if moved else "")
             raise OutputError(f"{out} holds a {prog} run started with other settings: {listed}. Re-run with "
-                              f"the recorded settings to resume it, or pass --restart to discard it and begin again")
-    elif out.is_dir() and any(e.name != DirLock.NAME for e in out.iterdir()):
+                              f"the recorded settings to resume it, or pass --restart to discard it and begin "
+                              f"again.{hint}")
+    elif out.is_dir() and not path.is_file() and produced:
         raise OutputError(f"--out {out} is not empty and holds no {SETTINGS}: not a {prog} run to resume; "
                           f"choose another --out")
-    write_atomic(path, json_text({"command": prog, "settings": settings}, indent=1))
+    write_atomic(path, json_text({"command": prog, "settings": settings, "identity": identity}, indent=1))
 
 
 PATH_SETTINGS = ("model", "data", "corpus", "out")   # compared as absolute paths: `x` and `./x` are one
 
 
+def path_identity(path: str | Path) -> str | None:
+    """A fingerprint of what an input path holds: its manifest.json or export.json (each names
+    every file's sha256), else the names and sizes of its files; None for a path that is not there."""
+    import hashlib
+    p = Path(path)
+    if not p.exists():
+        return None
+    digest = hashlib.sha256()
+    marker = next((p / m for m in ("export.json", "manifest.json") if (p / m).is_file()), None)
+    if marker is not None:
+        digest.update(marker.read_bytes())
+    elif p.is_dir():
+        for f in sorted(q for q in p.iterdir() if q.is_file()):
+            digest.update(f"{f.name}\0{f.stat().st_size}\n".encode())
+    else:
+        digest.update(p.read_bytes())
+    return digest.hexdigest()
+
+
+def resolved_settings(settings: dict) -> tuple[dict, dict]:
+    """The settings as recorded (input paths absolute) and the content fingerprint of each input."""
+    settings = {k: str(Path(v).resolve()) if k in PATH_SETTINGS and v else v for k, v in settings.items()}
+    return settings, {k: path_identity(settings[k]) for k in PATH_SETTINGS if k != "out" and settings.get(k)}
+
+
 def open_output(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
                 rank: int) -> DirLock | None:
     """Rank 0 locks ``out`` and checks the recorded settings; every rank learns the verdict."""
-    settings = {k: str(Path(v).resolve()) if k in PATH_SETTINGS and v else v for k, v in settings.items()}
+    settings, identity = resolved_settings(settings)
 
     def lock_and_record() -> DirLock:
         lock = DirLock(out, prog + " run").acquire()
         try:
-            record_settings(out, prog, settings, may_change, restart)
+            record_settings(out, prog, settings, may_change, restart, identity)
         except BaseException:
             lock.abandon()
             raise
         return lock
     return ds.on_rank0(lock_and_record, str(out))
+
+
+def check_fine_tuning_inputs(cfg: "FineTuneSettings", manifest: Manifest, data: str, out: str,
+                             inputs: dict[str, str]) -> None:
+    """What cll-bt and cll-extend check before any work, named by the flags the user typed: an
+    evaluation split that the data lacks (it would fail after generation and training), a
+    microbatch that cannot hold the data's longest pair, an output that is one of the inputs."""
+    tests = [n for n, split in manifest.splits.items() if split.role == "test"]
+    unknown = [s for s in cfg.eval_splits if s not in manifest.splits]
+    if unknown:
+        raise ValueError(f"--eval-splits {','.join(unknown)}: {data} has no such split (test splits: "
+                         f"{', '.join(tests) or 'none'})")
+    longest = manifest.max_tokens + 2
+    if cfg.max_tokens < longest:
+        raise ValueError(f"--max-tokens {cfg.max_tokens} cannot hold the longest pair of {data} "
+                         f"({manifest.max_tokens} tokens + tag + eos): give at least {longest}")
+    check_apart(out, inputs)
 
 
 def before_after(models: dict[str, str | Path], data: str | Path, splits: list[str], test_name: str, beam: int,

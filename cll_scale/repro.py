@@ -232,6 +232,50 @@ def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+# Train settings that cll-repro itself sets per run or through its budget flags.
+PER_RUN = {"data", "run_dir", "max_steps", "max_minutes", "max_epochs"}
+
+
+def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> list[str]:
+    """What the recipe and overrides ask that the run (or record) in ``run_dir`` was not trained
+    with, read from its config.json: a rerun with another ``--set`` must not report a model
+    under settings it never had."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return []
+    trained = json.loads(path.read_text())
+    wanted = apply_overrides(load_recipe(recipe), list(overrides))
+    diff = []
+    for section in ("model", "data", "train"):
+        for key, value in (wanted.get(section) or {}).items():
+            if section == "train" and key in PER_RUN or key not in trained.get(section, {}):
+                continue
+            have = trained[section][key]
+            same = have == value or (isinstance(have, (int, float)) and isinstance(value, (int, float, str))
+                                     and not isinstance(value, bool) and _as_number(value) == have)
+            if not same:
+                diff.append(f"{section}.{key}={value!r} (trained with {have!r})")
+    return diff
+
+
+def _as_number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_trained_settings(runs: dict[str, Path], recipe_of: dict[str, Path], overrides: dict[str, list[str]],
+                           extra: list[str]) -> None:
+    """Refuse, before anything runs, models whose run or record was trained with other settings
+    than the recipe and ``--set`` now give, naming each difference."""
+    problems = [f"{name}: {', '.join(diff)}" for name, run_dir in runs.items()
+                if (diff := recorded_differences(run_dir, recipe_of[name], overrides[name] + extra))]
+    if problems:
+        raise ValueError("the trained models differ from what the recipes and --set ask: " + "; ".join(problems)
+                         + ". Train these settings into another --runs-root (and --out), or drop the --set")
+
+
 def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Path, budget: dict) -> dict[str, Path]:
     """Each model's run directory, or its record where the run directory is gone (never started
     here) and the record is of the same recipe, overrides and budget; a record of other settings
@@ -566,6 +610,7 @@ def reproduce(args, argv) -> int:
     figs = Path(args.out) / report_name
     identities = {name: training_identity(recipe_of[name], overrides[name] + args.set, budget) for name in runs}
     runs = use_records(runs, identities, figs / "records", budget)
+    check_trained_settings(runs, recipe_of, overrides, args.set)
     if not args.eval_only:
         # Once per recipe, not per model: a seed's own overrides set train.seed and data.seed only.
         to_train = [name for name, d in runs.items() if not finished(d, budget)]

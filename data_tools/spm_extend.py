@@ -102,8 +102,12 @@ def _learn_bpe(texts: list[str], old: pb.ModelProto, vocab_size: int, seed: int,
         except RuntimeError as err:
             fits = _TOO_HIGH.search(str(err))
             if fits is None or int(fits.group(1)) >= size:
-                raise ExtendError(f"SentencePiece could not learn {size} pieces from {len(texts)} lines: "
-                                  f"{str(err).split('] ')[-1]}") from None
+                # Its own message names trainer options (character_coverage…) that our commands
+                # do not have: say what the user can change instead.
+                advice = ("its text has more distinct characters than that: raise --vocab-size"
+                          if "required_chars" in str(err) else "lower --vocab-size or give more lines (--max-pairs)")
+                raise ExtendError(f"--vocab-size {vocab_size}: SentencePiece could not learn {size} pieces from "
+                                  f"the new language's {len(texts)} training lines; {advice}") from None
             size = int(fits.group(1))
             continue
         learned = pb.ModelProto()

@@ -291,7 +291,7 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
     from cll_scale.manifest import TokenizerInfo
     from cll_scale.repro import SETTINGS, recipe_files, settings_suffix
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
-    for settings in SETTINGS:
+    for settings in ("small", "paper", "paper_small"):
         found = recipe_files(ROOT / "recipes", "triangle", settings)
         assert sorted(found) == ["baseline", "fcll", "sd", "sd_attn"], (settings, found)
         for variant, path in found.items():
@@ -306,6 +306,52 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
             else:     # the authors' code: post-norm, Xavier, dropout 0.3, LSL inner 2·d, their optimiser
                 assert authors == (True, "xavier", 0.3, 0.3, 2 * model.d_model, 5e-4, 1e-4), path
                 assert (model.d_model, model.encoder_layers) == ((512, 5) if settings == "paper" else (256, 3))
+
+
+def test_the_diagnostics_recipes_name_every_rule_they_test():
+    """Issue 34's diagnostics: each question's recipe names data.mixing and model.lsl_dropout, so
+    it means the same whatever the defaults become, and differs from the controls only in them."""
+    from cll_scale.config import build_configs, load_recipe
+    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.repro import SETTINGS, recipe_files
+    assert "diagnostics" in SETTINGS
+    tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
+    found = recipe_files(ROOT / "recipes", "triangle", "diagnostics")
+    assert sorted(found) == ["baseline", "baseline_half", "baseline_onedir", "fcll", "fcll_double", "fcll_half",
+                             "fcll_onedir", "residual"]
+    assert sorted(recipe_files(ROOT / "recipes", "square", "diagnostics")) == ["baseline", "fcll"]
+    resolved = {}
+    for variant, path in found.items():
+        raw = load_recipe(path)
+        assert {"mixing"} <= set(raw["data"]) and {"lsl_dropout"} <= set(raw["model"]), path
+        resolved[variant] = build_configs(raw, ["de", "fr", "cs"], None, tok)
+    rules = {v: (m.variant, s.mixing, m.lsl_dropout, s.rows_fraction, m.residual_sublayer)
+             for v, (m, s, _) in resolved.items()}
+    assert rules["fcll_double"] == ("fcll", "direction", "double", 1.0, None)     # the study's rules
+    assert rules["fcll_onedir"] == ("fcll", "direction", "authors", 1.0, None)
+    assert rules["fcll"] == ("fcll", "mixed", "authors", 1.0, None)
+    assert rules["residual"] == ("residual", "mixed", "authors", 1.0, "self_attn")
+    assert rules["fcll_half"][3] == rules["baseline_half"][3] == 0.5
+    assert len({(t.lr, t.warmup_steps, t.seed, s.seed, s.max_tokens) for _, s, t in resolved.values()}) == 1
+
+
+def test_a_rerun_with_another_set_is_refused_naming_each_difference(tmp_path):
+    """A finished model is never reported under settings it was not trained with (misuse round 2,
+    finding 3): the run's config.json is compared with the recipe and every --set."""
+    from cll_scale.repro import check_trained_settings
+    recipe = tmp_path / "multi30k_triangle_fcll.yaml"
+    recipe.write_text("preset: tiny\nmodel:\n  lsl_dim: 16\ntrain:\n  lr: 1.0e-3\n  max_minutes: 90\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": {"lsl_dim": 16}, "data": {"seed": 1},
+                                                 "train": {"lr": 0.001, "max_minutes": 0.0}}))
+    runs, recipes = {"fcll": run}, {"fcll": recipe}
+    check_trained_settings(runs, recipes, {"fcll": []}, [])              # as trained (budgets aside)
+    check_trained_settings(runs, recipes, {"fcll": []}, ["data.seed=1", "train.lr=1e-3"])
+    with pytest.raises(ValueError) as err:
+        check_trained_settings(runs, recipes, {"fcll": []}, ["model.lsl_dim=8", "train.lr=0.5"])
+    assert "fcll: model.lsl_dim=8 (trained with 16), train.lr=0.5 (trained with 0.001)" in str(err.value)
+    assert "another --runs-root" in str(err.value)
 
 
 def test_study_table_averages_each_settings_seeds(tmp_path):

@@ -1,0 +1,108 @@
+"""A config boundary for every number (the second misuse round, docs/reliability.md): each numeric
+setting is finite, a count is a whole number, a range is checked where the flag is named, and every
+JSON file the project writes is strict JSON."""
+import json
+import math
+
+import pytest
+
+from cll_scale.cli import EXIT_FILES, EXIT_INPUT
+from cll_scale.config import ModelConfig, TrainConfig, _coerce, coerce_number, load_recipe
+from cll_scale.outputs import json_text
+from cll_scale.stream import StreamConfig
+from tests.conftest import run_cli
+from tests.test_misuse import cli, one_line_error
+from tests.test_train import common
+
+
+# -- findings 7, 20: non-finite and fractional settings -------------------------------------------
+
+@pytest.mark.parametrize("cls, key, value, needle", [
+    (TrainConfig, "clip_norm", float("nan"), "train.clip_norm must be a finite number"),
+    (TrainConfig, "lr", "inf", "train.lr must be a finite number"),
+    (StreamConfig, "temperature", "nan", "data.temperature must be a finite number"),
+    (StreamConfig, "pool_blocks", 2.5, "data.pool_blocks must be a whole number, not 2.5"),
+    (ModelConfig, "lsl_dim", "16.5", "model.lsl_dim must be a whole number"),
+    (TrainConfig, "export", "yes", "train.export must be true or false"),
+    (TrainConfig, "max_steps", "many", "train.max_steps: 'many' is not an integer"),
+])
+def test_every_numeric_setting_is_checked_at_the_boundary(cls, key, value, needle):
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        _coerce(cls, {key: value})
+
+
+def test_numbers_that_mean_the_same_are_accepted():
+    assert coerce_number("train.lr", "7e-4", float) == 7e-4          # YAML reads 7e-4 as a string
+    assert coerce_number("train.max_steps", 1e3, int) == 1000 and isinstance(coerce_number("x", 1e3, int), int)
+    assert coerce_number("train.max_minutes", 0, float) == 0.0
+    assert _coerce(ModelConfig, {"residual_layer": None}) == {"residual_layer": None}   # optional stays optional
+
+
+def test_bad_numbers_from_the_command_line_name_the_setting(m30k_centered, tmp_path):
+    for setting, needle in (("train.clip_norm=nan", "train.clip_norm must be a finite number"),
+                            ("data.pool_blocks=2.5", "data.pool_blocks must be a whole number"),
+                            ("data.temperature=nan", "data.temperature must be a finite number")):
+        res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "run", 2, "--set", setting))
+        one_line_error(res, "cll-train", EXIT_INPUT, needle)
+        assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_the_project_writes_strict_json_only():
+    assert json_text({"a": [1.5, None]}) == '{"a": [1.5, null]}'
+    with pytest.raises(ValueError, match="train.clip_norm is not finite"):
+        json_text({"train": {"clip_norm": math.nan}})
+    json.loads(json_text({"x": 1e300}), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+
+
+def test_a_recipe_that_is_not_utf8_is_named(tmp_path):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes("train:\n  run_dir: runs/gr\xfc\xdfe\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=f"{bad}: not UTF-8 text"):
+        load_recipe(bad)
+
+
+# -- finding 6: decoding limits ------------------------------------------------------------------------
+
+def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny_export, tmp_path, capsys):
+    from cll_scale.translate import main
+    src = tmp_path / "in.txt"
+    src.write_text("Ein Hund läuft über die Wiese.\n")
+    base = ["--model", str(tiny_export), "--tgt-lang", "fr", "--input", str(src), "--beam", "1"]
+    code, out, err = run_cli(main, [*base, "--max-len-a", "1e19", "--min-len", "3"], capsys)
+    assert code == 0 and len(out.strip().split()) >= 1, (out, err)      # not an empty line
+    code, out, err = run_cli(main, [*base, "--min-len", "1000"], capsys)
+    assert code == EXIT_INPUT and "--min-len 1000 exceeds the longest output" in err and out == ""
+    res = cli("cll_scale.translate", *base, "--min-len", "40", "--max-len-a", "0", "--max-len-b", "5")
+    assert res.returncode == 0 and "--min-len 40 exceeds the longest output allowed for some sentences" in res.stderr
+
+
+# -- finding 8: --resume of nothing ------------------------------------------------------------------
+
+def test_resume_of_a_directory_that_does_not_exist_is_an_error(m30k_centered, tmp_path):
+    res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "typo", 2), "--resume")
+    line = one_line_error(res, "cll-train", EXIT_FILES, "--resume:", "does not exist")
+    assert "drop --resume" in line and not (tmp_path / "typo").exists()
+
+
+# -- findings 13, 14, 19, 9: seeds, ports, hosts, paths ------------------------------------------------
+
+def test_seeds_ports_and_hosts_are_checked_where_the_flag_is_named(tiny_export, tmp_path, capsys):
+    from demo.app import check_host
+    from demo.app import main as demo_main
+    for argv, needle in ((["--port", "70000"], "--port: 70000: a TCP port is 1-65535"),
+                         (["--port", "-1"], "--port: -1: a TCP port is 1-65535")):
+        with pytest.raises(SystemExit) as exit_:
+            demo_main(["--model", str(tiny_export), *argv])
+        assert exit_.value.code == EXIT_INPUT and needle in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--host 999.1.1.1: not an address"):
+        check_host("999.1.1.1")
+    check_host("127.0.0.1")
+    code, _, err = run_cli(demo_main, ["--model", str(tiny_export), "--examples", str(tmp_path / "nonexistent")],
+                           capsys)
+    assert code == EXIT_FILES and f"{tmp_path / 'nonexistent'}: --examples: no such directory" in err
+    with pytest.raises(ValueError, match="train.seed must be >= 0"):
+        TrainConfig(seed=-1)
+    from data_tools.cli import main as shards_main
+    with pytest.raises(SystemExit) as exit_:
+        shards_main(["build", "--input", str(tmp_path), "--out", str(tmp_path / "o"), "--seed", "-1"])
+    assert exit_.value.code == EXIT_INPUT and "-1 is negative" in capsys.readouterr().err

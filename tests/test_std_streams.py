@@ -1,0 +1,47 @@
+"""Standard streams (the second misuse round, docs/reliability.md): a closed stdin or stdout is a
+one-line usage error, and Ctrl-C during an evaluation prints one line, not a worker's traceback."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from cll_scale.cli import EXIT_INPUT
+from tests.conftest import ROOT
+from tests.test_misuse import one_line_error
+from tests.test_train import ENV
+
+
+def closed(fd: str, *argv):
+    """Run a command with stdin (``<&-``) or stdout (``>&-``) closed, as a shell does."""
+    shell = " ".join(f"'{a}'" for a in (sys.executable, "-m", *map(str, argv))) + f" {fd}&-"
+    return subprocess.run(["bash", "-c", shell], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_closed_stdin_or_stdout_is_a_one_line_error(tiny_export, tmp_path):
+    res = closed("<", "cll_scale.translate", "--model", tiny_export, "--tgt-lang", "fr")
+    one_line_error(res, "cll-translate", EXIT_INPUT, "standard input is closed", "--input FILE")
+    src = tmp_path / "in.txt"
+    src.write_text("Ein Hund.\n")
+    res = closed(">", "cll_scale.translate", "--model", tiny_export, "--tgt-lang", "fr", "--input", src)
+    one_line_error(res, "cll-translate", EXIT_INPUT, "standard output is closed", "--output FILE")
+
+
+def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "cll_scale.evaluate", "--model", f"m={tiny_export}",
+                             "--data", str(m30k_centered), "--split", "test_2016_flickr", "--out", str(tmp_path / "eval"),
+                             "--lid-workers", "1",
+                             "--beam", "1"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    deadline = time.time() + 240
+    err = []
+    while time.time() < deadline:              # until the first direction is scored (the pool runs)
+        line = proc.stderr.readline()
+        err.append(line)
+        if "BLEU" in line or "off-target" in line or not line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)          # the terminal's Ctrl-C reaches the whole group
+    out, rest = proc.communicate(timeout=120)
+    stderr = "".join(err) + rest
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "cll-eval: interrupted" in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
