@@ -6,7 +6,8 @@
 
 Parts (each interleaves its contenders step by step and compares medians):
 * ``fcll``    FCLL ÷ Baseline step time, 16 target languages, LSL 256, one language per batch
-              (target ≤ 1.04; the added FLOPs alone are ~1.03).
+              and (issue 34) mixed batches over all 16, ordered by target language as the stream
+              gives them (target ≤ 1.04; the added FLOPs alone are ~1.03).
 * ``storage`` one Parameter per language (all its layers) ÷ stacked [L, R, D] LSL storage per layer.
 * ``marian``  our Baseline tokens/s ÷ Hugging Face MarianMTModel tokens/s, same shape, random
               weights built from a config (no download), fp32 and bf16 (target ≥ 1.0).
@@ -59,9 +60,9 @@ def synthetic_batch(b, s, t, vocab, device, lang=1):
 
 
 def our_step(model, opt, batch, autocast_dtype=None):
-    src, tgt, lang = batch
+    src, tgt, lang, *runs = batch          # runs: the (language, rows) runs the stream gives, if any
     with torch.autocast(device_type=src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-        logits = model(src, model.shift_right(tgt), lang)
+        logits = model(src, model.shift_right(tgt), lang, lang_runs=runs[0] if runs else None)
     loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
     (loss / tgt.numel()).backward()
     opt.step()
@@ -114,12 +115,22 @@ def part_fcll(args, device):
         opts = {v: torch.optim.AdamW(m.parameters(), lr=1e-4) for v, m in models.items()}
         # One target language per microbatch, cycling over the 16 non-central languages.
         batches = [synthetic_batch(b, s, t, args.vocab, device, lang=1 + i % 16) for i in range(16)]
-        med = interleave({v: (lambda i, v=v: our_step(models[v], opts[v], batches[i % 16])) for v in models},
-                         args.steps, device)
+        # Mixed batches (issue 34): rows over all 16, ordered by target language, as the stream gives them.
+        mixed = []
+        for i, (src, tgt, _) in enumerate(batches):
+            langs = torch.sort(torch.randint(1, 17, (b,), generator=torch.Generator().manual_seed(i))).values
+            values, counts = torch.unique_consecutive(langs, return_counts=True)
+            mixed.append((src, tgt, langs.to(device), tuple(zip(values.tolist(), counts.tolist()))))
+        steps = {v: (lambda i, v=v: our_step(models[v], opts[v], batches[i % 16])) for v in models}
+        steps.update({f"{v} mixed": (lambda i, v=v: our_step(models[v], opts[v], mixed[i % 16])) for v in models})
+        med = interleave(steps, args.steps, device)
         cfg = models["fcll"].cfg
         flop_ratio = step_flops(cfg, b, s, t) / step_flops(models["baseline"].cfg, b, s, t)
         rows.append({"dtype": str(dtype).split(".")[-1], "fcll_over_baseline": med["fcll"] / med["baseline"],
-                     "flop_ratio": flop_ratio, "baseline_s": med["baseline"], "fcll_s": med["fcll"]})
+                     "fcll_over_baseline_mixed": med["fcll mixed"] / med["baseline mixed"],
+                     "fcll_mixed_over_fcll": med["fcll mixed"] / med["fcll"],
+                     "flop_ratio": flop_ratio, "baseline_s": med["baseline"], "fcll_s": med["fcll"],
+                     "fcll_mixed_s": med["fcll mixed"]})
     return rows
 
 

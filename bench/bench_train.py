@@ -15,8 +15,12 @@ Parts:
                norm (what our client optimizer replaces), gradient clipping off, and (CPU) fp32
                against bf16.
 * ``langs``    FCLL ÷ Baseline step time through the DeepSpeed engine with 16 and with 99 target
-               languages (OPUS-100's shape: 98 LSLs per CLL layer), synthetic batches of one target
-               language each, cycling over the languages (target ≤ 1.04).
+               languages (OPUS-100's shape: 98 LSLs per CLL layer), for both mixings of the
+               stream (issue 34): synthetic batches of one target language each, cycling over the
+               languages, and mixed batches whose rows spread uniformly over every language, ordered
+               by target language as the stream orders them, and over 8 languages a batch
+               (``data.mix_directions: 8``) (target ≤ 1.04). Also FCLL mixed ÷ FCLL one-language:
+               what mixing costs the CLL step itself.
 Each trainer runs in this process, one rank; the plain step uses the trainer's precision (bf16
 weights when the engine runs bf16, as ``bench_model.py``'s plain step does).
 """
@@ -177,14 +181,26 @@ def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
         return holder["opt"]
     engine = ds.initialize(model, ds_cfg, optimizer, lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0))
 
-    def step(batch, lang: int):
+    def step(batch, lang_runs):
         src, tgt, tgt_lang = batch
-        logits = engine(src, engine.module.shift_right(tgt), tgt_lang, lang_runs=((lang, len(tgt)),))
+        logits = engine(src, engine.module.shift_right(tgt), tgt_lang, lang_runs=lang_runs)
         loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
         engine.backward(loss / tgt.numel())
         holder["opt"].loss_ok = torch.isfinite(loss)
         engine.step()
     return step, engine
+
+
+def mixed_batch(batch, n: int, seed: int, k: int = 0):
+    """The rows of ``batch`` spread uniformly over the ``n`` non-central languages (over ``k`` of
+    them drawn at random, as ``data.mix_directions`` does), ordered by target language as the mixed
+    stream orders them, with their (language, rows) runs."""
+    src, tgt, tgt_lang = batch
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.randperm(n, generator=g)[:k] + 1 if k else torch.arange(1, n + 1)
+    langs = torch.sort(pool[torch.randint(0, len(pool), (len(tgt),), generator=g)]).values
+    values, counts = torch.unique_consecutive(langs, return_counts=True)
+    return (src, tgt, langs.to(tgt_lang.device)), tuple(zip(values.tolist(), counts.tolist()))
 
 
 def part_langs(args, device, tmp: Path) -> list[dict]:
@@ -207,22 +223,33 @@ def part_langs(args, device, tmp: Path) -> list[dict]:
                                                central_language="en", variant=variant))
             tensors[variant] = sum(1 for _ in model.parameters())
             steps[variant], _ = engine_step_fn(model, str(path), tmp)
-        batches = [synthetic_batch(b, s, t, vocab, device, lang=1 + i % n) for i in range(16)]
-        times = {v: [] for v in steps}
-        for block in range(args.warmup + args.blocks):
-            for v, fn in steps.items():
-                sync(device)
-                start = time.perf_counter()
-                for i in range(args.block_steps):
-                    k = (block * args.block_steps + i) % len(batches)
-                    fn(batches[k], 1 + k % n)
-                sync(device)
-                if block >= args.warmup:
-                    times[v].append(time.perf_counter() - start)
-        med = {v: statistics.median(x) for v, x in times.items()}
-        rows.append({"target_languages": n, "preset": args.preset, "fcll_over_baseline": med["fcll"] / med["baseline"],
+        one = [synthetic_batch(b, s, t, vocab, device, lang=1 + i % n) for i in range(16)]
+        one = [(batch, ((1 + i % n, b),)) for i, batch in enumerate(one)]
+        mixed = [mixed_batch(batch, n, seed=i) for i, (batch, _) in enumerate(one)]
+        mixed8 = [mixed_batch(batch, n, seed=i, k=8) for i, (batch, _) in enumerate(one)]
+        med = {}
+        for mixing, batches in (("direction", one), ("mixed", mixed), ("mixed8", mixed8)):
+            times = {v: [] for v in steps}
+            for block in range(args.warmup + args.blocks):
+                for v, fn in steps.items():
+                    sync(device)
+                    start = time.perf_counter()
+                    for i in range(args.block_steps):
+                        fn(*batches[(block * args.block_steps + i) % len(batches)])
+                    sync(device)
+                    if block >= args.warmup:
+                        times[v].append(time.perf_counter() - start)
+            med[mixing] = {v: statistics.median(x) / args.block_steps for v, x in times.items()}
+        rows.append({"target_languages": n, "preset": args.preset,
+                     "fcll_over_baseline": med["direction"]["fcll"] / med["direction"]["baseline"],
+                     "fcll_over_baseline_mixed": med["mixed"]["fcll"] / med["mixed"]["baseline"],
+                     "fcll_mixed_over_fcll_direction": med["mixed"]["fcll"] / med["direction"]["fcll"],
+                     "fcll_over_baseline_mix_directions_8": med["mixed8"]["fcll"] / med["mixed8"]["baseline"],
+                     "fcll_mix8_over_fcll_direction": med["mixed8"]["fcll"] / med["direction"]["fcll"],
+                     "languages_per_mixed_batch": statistics.mean(len(r) for _, r in mixed),
                      "baseline_tensors": tensors["baseline"], "fcll_tensors": tensors["fcll"],
-                     "baseline_step_s": med["baseline"] / args.block_steps, "fcll_step_s": med["fcll"] / args.block_steps})
+                     "baseline_step_s": med["direction"]["baseline"], "fcll_step_s": med["direction"]["fcll"],
+                     "fcll_mixed_step_s": med["mixed"]["fcll"]})
     return rows
 
 

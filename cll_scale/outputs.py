@@ -168,10 +168,10 @@ def check_output(out: str | os.PathLike, *, inputs: Iterable[str | os.PathLike] 
     resolved = check_apart(out, {f"input {n}": inp for n, inp in enumerate(inputs)})
     if not resolved.exists() and not resolved.is_symlink():
         return resolved
+    if not resolved.is_dir():       # said first: --overwrite would not help
+        raise OutputError(f"--out {out} is a file, not a {kind}; choose another --out (a file is never replaced)")
     if not overwrite:
         raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
-    if not resolved.is_dir():
-        raise OutputError(f"--out {out} is a file, not a {kind}; refusing to replace it")
     foreign = strangers(resolved)
     if foreign is None:
         present = [p.name for p in resolved.iterdir()]

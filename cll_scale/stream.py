@@ -66,12 +66,17 @@ class StreamConfig:
     mixing: str = "mixed"           # "mixed": many directions per microbatch; "direction": one
                                     # (the rule before issue 34; records without the key used it)
     mix_rows: int = 8192            # rows of a mixed pool, sorted by length and cut into batches
+    mix_directions: int = 0         # directions drawn per mixed pool (0: every direction): with
+                                    # many target languages a batch then holds at most this many
+                                    # LSL groups (bench/bench_train.py --only langs measures both)
     rows_fraction: float = 1.0      # train on this share of each direction's rows (its first
                                     # blocks): the data-size question of issue 34 at equal steps
 
     def __post_init__(self):
         if min(self.max_tokens, self.pool_blocks, self.pool_rows, self.mix_rows) < 1 or self.max_sentences < 0:
             raise ValueError("max_tokens, pool_blocks, pool_rows and mix_rows must be >= 1, max_sentences >= 0")
+        if not 0 <= self.mix_directions <= self.mix_rows:
+            raise ValueError(f"data.mix_directions must be in [0, data.mix_rows], not {self.mix_directions}")
         if not 0.0 < self.rows_fraction <= 1.0:
             raise ValueError(f"data.rows_fraction must be in (0, 1], not {self.rows_fraction}")
         if self.mixing not in MIXINGS:
@@ -282,7 +287,7 @@ class ShardStream:
         # The current mixed pool is rebuilt from the cursors at its start, then its batches skipped.
         start = self._mix_start if self._mixed is not None else self.cursor
         return {**state, "cursor": [list(c) for c in start], "mix": list(self.mix),
-                "mix_rows": self.cfg.mix_rows}
+                "mix_rows": self.cfg.mix_rows, "mix_directions": self.cfg.mix_directions}
 
     def load_state_dict(self, state: dict, strict_world: bool = True) -> None:
         """Restore a saved position. At another world size the ranks' slices differ, so each
@@ -293,9 +298,10 @@ class ShardStream:
             saved = {STATE_VERSION: "direction", MIXED_STATE_VERSION: "mixed"}.get(state.get("version"))
             raise ValueError(f"stream state version {state.get('version')!r} is not {version}" + (
                 f": the run was trained with data.mixing={saved}, resume it with that" if saved else ""))
-        if self.mixed and state["mix_rows"] != self.cfg.mix_rows:
-            raise ValueError(f"stream state was saved with data.mix_rows={state['mix_rows']}, "
-                             f"this stream has {self.cfg.mix_rows}")
+        for key in ("mix_rows", "mix_directions") if self.mixed else ():
+            if state.get(key, 0) != getattr(self.cfg, key):
+                raise ValueError(f"stream state was saved with data.{key}={state.get(key, 0)}, "
+                                 f"this stream has {getattr(self.cfg, key)}")
         if state["directions"] != self.directions or state["seed"] != self.cfg.seed:
             raise ValueError("stream state was saved for other directions or another seed")
         same = state["world_size"] == self.world and state["rank"] == self.rank
@@ -345,7 +351,13 @@ class ShardStream:
     def _mixed_pool(self, index: int) -> _Pool:
         """Mixed pool ``index``: each direction's share of ``mix_rows`` drawn from (seed, index),
         the same on every rank, its rows taken in turn from that direction's own shuffled pools."""
-        counts = np.random.default_rng([self.cfg.seed, 0x313, index]).multinomial(self.cfg.mix_rows, self.probs)
+        rng = np.random.default_rng([self.cfg.seed, 0x313, index])
+        k = self.cfg.mix_directions
+        if k:       # k equal shares, each of one direction drawn by temperature: E[share] stays q_d
+            shares = np.bincount(rng.choice(len(self.directions), k, p=self.probs), minlength=len(self.directions))
+            counts = shares * (self.cfg.mix_rows // k)
+        else:
+            counts = rng.multinomial(self.cfg.mix_rows, self.probs)
         parts, dirs = [], []
         for d, n in enumerate(counts.tolist()):
             for part in self._take_rows(d, n):

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.checkpointer import BEST_EXPORT, Checkpointer, git_commit
-from cll_scale.cli import DeviceError, add_debug_argument, non_negative_int, positive_int, run
+from cll_scale.cli import DeviceError, add_debug_argument, non_negative_float, non_negative_int, positive_int, run
 from cll_scale.config import LEGACY_MODEL, PRESETS, TrainConfig, apply_overrides, build_configs, load_recipe
 from cll_scale.export import export_model_config, load_export
 from cll_scale.manifest import Manifest
@@ -593,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", choices=("baseline", "residual", "sd", "fcll"))
     p.add_argument("--ds-config", help="a ds_configs/*.json (engine settings), or 'auto'")
     p.add_argument("--max-steps", type=non_negative_int)
-    p.add_argument("--max-minutes", type=float)
+    p.add_argument("--max-minutes", type=non_negative_float)
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     p.add_argument("--dry-run", action="store_true",
                    help="build the run (stream, model, DeepSpeed engine), time a few steps, print parameters, "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.cli import add_debug_argument, non_negative_int, run
+from cll_scale.cli import add_debug_argument, finite_float, non_negative_int, run
 from cll_scale.manifest import Manifest
 from data_tools.build import BuildConfig, build_shards
 from data_tools.sources import CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
@@ -129,9 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--spm-model", help="reuse this SentencePiece model instead of learning one")
     b.add_argument("--vocab-size", type=int, default=8000)
     b.add_argument("--spm-type", choices=("bpe", "unigram"), default="bpe")
-    b.add_argument("--spm-temperature", type=float, default=5.0, help="language balancing for the vocabulary")
+    b.add_argument("--spm-temperature", type=finite_float, default=5.0, help="language balancing for the vocabulary")
     b.add_argument("--spm-sentences", type=int, default=1_000_000, help="sampled sentences to learn from")
-    b.add_argument("--character-coverage", type=float, default=0.9995)
+    b.add_argument("--character-coverage", type=finite_float, default=0.9995)
     b.add_argument("--max-tokens", type=int, default=256, help="filter training pairs longer than this")
     b.add_argument("--block-rows", type=int, default=1024, help="rows per record batch")
     b.add_argument("--shard-rows", type=int, default=1_000_000, help="rows per shard file at most")
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(func=cmd_download)
     sy = sub.add_parser("synth", help="write a synthetic corpus in the OPUS-100 layout, at OPUS-100's shape")
     sy.add_argument("--out", required=True, help="output directory (must not exist or be empty, unless --overwrite)")
-    sy.add_argument("--scale", type=float, required=True,
+    sy.add_argument("--scale", type=finite_float, required=True,
                     help="training pairs as a fraction of OPUS-100's (1.0 = 55M pairs; every language keeps >= 1)")
     sy.add_argument("--scale-eval", action="store_true",
                     help="scale dev, test and zero-shot test sets too (default: their real sizes, 2,000 pairs)")

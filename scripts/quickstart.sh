@@ -23,3 +23,6 @@ $PY -m data_tools inspect "$SHARDS"
 $PY -m cll_scale.repro --condition centered --variants baseline,fcll --minutes-per-model "$MINUTES" \
     --multi30k "$MULTI30K" --shards-root data/shards --runs-root runs/quickstart --out runs/quickstart/results \
     --splits test_2016_flickr --max-sentences "$SENTENCES"
+# The ten-second summary: what the numbers mean at this budget, and what the same recipes reach in full.
+$PY scripts/quickstart_summary.py --report runs/quickstart/results/centered --runs runs/quickstart/runs \
+    --corpus "$MULTI30K" --split test_2016_flickr

@@ -56,6 +56,18 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     row = next(x for x in report.splitlines() if x.startswith("| fcll seed1 | ") and " / " in x)
     assert row.count(" / ") == len(curve) >= 1
     assert f"{curve[-1]['valid_zero_shot_offtarget']:.0f} / {curve[-1]['valid_bleu']:.1f}" in row
+    # The quickstart's ten-second summary of such a report (misuse round 2, finding 23)
+    summary = subprocess.run([sys.executable, "scripts/quickstart_summary.py", "--report",
+                              str(tmp_path / "results" / "triangle-seeds"), "--runs", str(tmp_path / "runs"),
+                              "--full", str(ROOT / "docs" / "results" / "centered-seeds"), "--corpus", str(multi30k)],
+                             cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    text = summary.stdout
+    avg = evaluated["fcll seed1"]["averages"]
+    assert f"{'fcll':10s} {avg['supervised']['bleu']:16.2f} {avg['zero-shot']['bleu']:15.2f}" in text
+    assert "far from convergence" in text and "Trained in full (4,200 steps" in text
+    assert text.count("  Baseline  ") == 3 and "  reference " in text
+    assert "QUICKSTART_MINUTES=" in text and "make demo" in text
     second = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stderr.count("finished") == 4 and "cll_scale.train" not in second.stderr

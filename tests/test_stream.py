@@ -253,3 +253,18 @@ def test_rows_fraction_trains_on_the_first_share_of_each_direction(m30k_centered
     assert max(lines) <= half.rows[0] + 1 and len(lines) == half.rows[0]
     with pytest.raises(ValueError, match="rows_fraction"):
         StreamConfig(rows_fraction=0.0)
+
+
+def test_mix_directions_bounds_the_directions_of_a_mixed_pool(m30k_centered):
+    m = Manifest.load(m30k_centered)
+    stream = ShardStream(m30k_centered, StreamConfig(mix_rows=600, mix_directions=2, max_tokens=2048))
+    pools = {}
+    while stream.mix[0] < 200:
+        batch = next(stream)
+        pools.setdefault(stream.mix[0], set()).update(zip(batch.src_lang.tolist(), batch.tgt_lang.tolist()))
+    assert max(map(len, pools.values())) == 2 and min(map(len, pools.values())) == 1   # a draw may repeat
+    shares = Counter(d for dirs in pools.values() for d in dirs)
+    assert len(shares) == len(m.supervised)          # every direction still comes (uniform at T=5 here)
+    state = stream.state_dict()
+    with pytest.raises(ValueError, match="mix_directions=2"):
+        ShardStream(m30k_centered, StreamConfig(mix_rows=600, max_tokens=2048)).load_state_dict(state)

@@ -168,9 +168,12 @@ def test_same_arguments_same_bytes_another_seed_other_text(tmp_path):
 
 
 def test_bad_arguments_are_named(tmp_path, capsys):
-    for bad in ("0", "-1", "nan"):
+    for bad in ("0", "-1"):
         code, _, err = run_cli(main, ["synth", "--scale", bad, "--out", str(tmp_path / "o")], capsys)
         assert code == 2 and "--scale must be a number > 0" in err
+    with pytest.raises(SystemExit) as exit_:
+        main(["synth", "--scale", "nan", "--out", str(tmp_path / "o")])
+    assert exit_.value.code == 2 and "--scale: nan: expected a finite number" in capsys.readouterr().err
     code, _, err = run_cli(main, ["synth", "--scale", "1", "--langs", "de,xx", "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "--langs: 'xx' not among OPUS-100's languages" in err
     code, _, err = run_cli(main, ["synth", "--scale", "1", "--langs", "de,de", "--out", str(tmp_path / "o")], capsys)
@@ -240,3 +243,23 @@ def test_cll_shards_build_reads_a_synth_corpus(tmp_path, capsys):
     assert m.splits["test"].rows("fr-ru") == 1 and m.splits["valid"].rows("en-de") == 1
     assert sum(f.get("empty", 0) + f.get("too_long", 0) for f in m.splits["train"].filtered.values()) == 0
     assert run_cli(main, ["verify", str(shards)], capsys)[0] == 0
+
+
+def test_synth_estimates_its_size_and_refuses_more_than_the_disk_holds(tmp_path, capsys):
+    """Misuse round 2, finding 22: the size is said before writing, a corpus larger than the free
+    space is refused before a byte is written, and a file as --out is refused without suggesting
+    --overwrite (which would not help)."""
+    code, out, err = run_cli(main, ["synth", "--scale", "1e9", "--out", str(tmp_path / "big")], capsys)
+    assert code == 2 and "--scale: the corpus needs about" in err and "GB free" in err
+    assert not (tmp_path / "big").exists() and list(tmp_path.iterdir()) == []
+    code, out, err = run_cli(main, ["synth", "--scale", "0.0005", "--langs", "de", "--out", str(tmp_path / "c")],
+                             capsys)
+    written = sum(f.stat().st_size for f in (tmp_path / "c").rglob("*") if f.is_file())
+    said = int(err.split("about ")[1].split(" MB")[0].replace(",", ""))
+    assert code == 0 and "pairs, about" in err and written <= max(said, 1) * 1e6      # the estimate errs high
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for extra in ([], ["--overwrite"]):
+        code, _, err = run_cli(main, ["synth", "--scale", "0.0005", "--out", str(afile), *extra], capsys)
+        assert code == 2 and "is a file" in err and "pass --overwrite" not in err
+    assert afile.read_text() == "x"
