@@ -189,7 +189,8 @@ from cll_scale.stream import ShardStream, StreamConfig
 out = {}
 n, longer = int(sys.argv[2]), int(sys.argv[3])
 for temperature in (1.0, 5.0):
-    s = ShardStream(sys.argv[1], StreamConfig(temperature=temperature, verify="none"))
+    # one direction per batch: the batch counts are the sampler's draws (mixed pools draw the same q_d per row)
+    s = ShardStream(sys.argv[1], StreamConfig(temperature=temperature, verify="none", mixing="direction"))
     counts = Counter(next(s).direction for _ in range(n))
     more = counts + Counter(next(s).direction for _ in range(longer - n))
     out[str(temperature)] = {"planned": dict(zip(s.directions, s.probs.tolist())), "counts": dict(counts),
