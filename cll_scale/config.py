@@ -20,10 +20,10 @@ VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
 RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
 INITS = ("torch", "xavier")
 LSL_DROPOUTS = ("authors", "double")
-# What a config written before a setting existed meant by its absence: records, exports and
-# resumed runs from before issue 34 were trained with these rules.
+# What a model config written before a setting existed meant by its absence: records, exports and
+# resumed runs from before issue 34 were trained with this rule. (Their data configs lack
+# `mixing`, which meant one direction a step; a resumed run's stream state says so itself.)
 LEGACY_MODEL = {"lsl_dropout": "double"}
-LEGACY_DATA = {"mixing": "direction"}
 
 
 @dataclass

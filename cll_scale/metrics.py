@@ -100,7 +100,7 @@ class MetricsLog:
         if self.rank == 0:
             row = asdict(record) if isinstance(record, TrainRecord) else record
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(json_text(row) + "\n")
+                f.write(json_text(row, non_finite_as_null=True) + "\n")
 
     def truncate_after(self, step: int) -> int:
         """Drop the records a killed run wrote after its last checkpoint (all of them when it left
@@ -111,5 +111,5 @@ class MetricsLog:
         rows = read_rows(self.path)
         kept = [row for row in rows if row.get("step", 0) <= step]
         if len(kept) < len(rows):
-            write_atomic(self.path, "".join(json_text(row) + "\n" for row in kept))
+            write_atomic(self.path, "".join(json_text(row, non_finite_as_null=True) + "\n" for row in kept))
         return len(rows) - len(kept)

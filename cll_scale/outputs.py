@@ -65,10 +65,24 @@ def _non_finite(obj, where: str = "") -> str | None:
     return None
 
 
-def json_text(obj, **kwargs) -> str:
+def _nulls_for_non_finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nulls_for_non_finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nulls_for_non_finite(v) for v in obj]
+    return obj
+
+
+def json_text(obj, non_finite_as_null: bool = False, **kwargs) -> str:
     """Strict JSON, as every file the project writes must be: Python's ``json`` would write NaN and
     Infinity, which other readers (``jq``, JavaScript, Go) reject. Config boundaries refuse
-    non-finite settings first; this is the last guard, naming the value."""
+    non-finite settings first; this is the last guard, naming the value. Measurements that may
+    legitimately be non-finite (a skipped step's gradient norm in ``metrics.jsonl``) are written
+    as ``null`` with ``non_finite_as_null``."""
+    if non_finite_as_null:
+        obj = _nulls_for_non_finite(obj)
     try:
         return json.dumps(obj, allow_nan=False, **kwargs)
     except ValueError:

@@ -52,6 +52,9 @@ def test_the_project_writes_strict_json_only():
     with pytest.raises(ValueError, match="train.clip_norm is not finite"):
         json_text({"train": {"clip_norm": math.nan}})
     json.loads(json_text({"x": 1e300}), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
+    # a measurement that may be non-finite (a skipped step's gradient norm in metrics.jsonl): null
+    assert json_text({"grad_norm": math.inf, "loss": [1.0, math.nan]}, non_finite_as_null=True) == \
+        '{"grad_norm": null, "loss": [1.0, null]}'
 
 
 def test_a_recipe_that_is_not_utf8_is_named(tmp_path):
