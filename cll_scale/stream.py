@@ -269,10 +269,8 @@ class ShardStream:
         # Within a mixed batch rows go by target language in the model's LSL order (the central
         # language, which has none, first), so the dispatch needs no gather.
         order = {x: (-1 if x == m.central_language else i) for i, x in enumerate(m.languages)}
-        self._dir_arrays = {"tag": np.array([tok.lang_tag_ids[Direction.parse(d).tgt] for d in self.directions]),
-                            "src": np.array([m.lang_id(Direction.parse(d).src) for d in self.directions]),
-                            "tgt": np.array([m.lang_id(Direction.parse(d).tgt) for d in self.directions]),
-                            "key": np.array([order[Direction.parse(d).tgt] for d in self.directions])}
+        self._dir_arrays = {"tag": np.array(self.tag_ids), "src": np.array(self.src_lang),
+                            "tgt": np.array(self.tgt_lang), "key": np.array([order[x] for x in tgt])}
         self._pools: dict[int, tuple[tuple[int, int], _Pool]] = {}
         self._sampler_cache: tuple[int, np.ndarray] | None = None
         self._readers = lru_cache(maxsize=64)(self._open)

@@ -215,9 +215,11 @@ class Translator:
         # Clamped before the cast: a * length + b beyond int64 (--max-len-a 1e19) would wrap to a
         # negative length, i.e. an empty output.
         max_lens = (lengths.double() * d.max_len_a + d.max_len_b).clamp(max=self.model.cfg.max_positions - 1).long()
-        if d.min_len > d.max_len_b and bool((max_lens < d.min_len).any()):
+        # Decided from the host's row lengths: reading max_lens here would stall a GPU every batch.
+        shortest = min(int(min(map(len, rows)) * d.max_len_a + d.max_len_b), self.model.cfg.max_positions - 1)
+        if d.min_len > shortest:
             log.warning("--min-len %d exceeds the longest output allowed for some sentences (a · source length "
-                        "+ b, at most %d here): those outputs stop at that length", d.min_len, int(max_lens.min()))
+                        "+ b, at most %d here): those outputs stop at that length", d.min_len, shortest)
         stepper = ModelStepper(self.model, src, torch.tensor(lang_ids, device=self.device), use_lsl, use_cache)
         return beam_search(stepper, len(rows), max_lens, self.bos, self.eos, d, self.device)
 
