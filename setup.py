@@ -27,6 +27,7 @@ setup(
         "tqdm>=4.60",
         "pyyaml>=6.0",
         "matplotlib>=3.7",
+        "captum>=0.8",              # cll-analyze attribution (paper Fig. 5): integrated gradients
     ],
     extras_require={
         "demo": ["gradio>=5.0", "gradio_client>=1.0"],
@@ -41,6 +42,7 @@ setup(
             "cll-repro=cll_scale.repro:main",
             "cll-bt=cll_scale.backtranslate:main",
             "cll-extend=cll_scale.extend:main",
+            "cll-analyze=cll_scale.analyze:main",
             "cll-demo=demo.app:main",
         ],
     },

@@ -74,6 +74,9 @@ def run(prog: str, body: Callable[[], int | None], debug: bool = False) -> int:
         code = exit_code(err)
         if code is None:
             raise
+        engine = sys.modules.get("cll_scale.engine")      # only a command that joined a group
+        if engine is not None:
+            engine.abandon()
         if debug:
             traceback.print_exc()
         if getattr(err, "exit_code", None) is not None:

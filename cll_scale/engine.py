@@ -72,6 +72,18 @@ def shutdown() -> None:
     _HOST_GROUP = None
 
 
+def abandon() -> None:
+    """Leave the process group after a failure, when this process is the whole world. A refusal
+    raised after ``init_distributed`` (an output of other settings, say) would otherwise exit
+    with gloo's threads alive, and the interpreter could abort at exit ("terminate called
+    without an active exception", exit -6) instead of returning the refusal's exit code. With
+    other ranks there is nobody to wait for at a barrier: the launcher ends them."""
+    global _HOST_GROUP
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() == 1:
+        torch.distributed.destroy_process_group()
+        _HOST_GROUP = None
+
+
 def device() -> torch.device:
     from deepspeed.accelerator import get_accelerator
     return torch.device(get_accelerator().current_device_name())

@@ -12,7 +12,7 @@ code-switching, the off-target languages and the "rollback" of paper Table 10
 code-switch share. Averages for en→xx, xx→en, supervised and zero-shot. Writes ``results.json``
 (with sentences/s and where the time went: decoding, language ID, scoring), ``results.md`` (paper
 Tables 2-3 layout), ``bleu_offtarget.png``, ``t_weights.png`` (paper Fig. 6) and every hypothesis,
-``hyps/<model>/<setting>/<direction>.txt`` (setting ``default`` or ``lsl-off``), so that outputs
+``hyps/<model>/<setting>/<direction>.txt`` (setting ``default``, ``lsl-off`` or ``tag-omitted``), so that outputs
 can be rescored or compared without decoding again.
 
 Each test set is decoded once per model and setting. Scoring and language identification run in
@@ -139,10 +139,15 @@ def check_file_names(names: Iterable[str]) -> None:
                              f"{file_name(name)!r}; give them names that differ in letters or digits")
 
 
+# The entries beside a model as trained: its LSLs switched off (paper Tables 9-10), its
+# language tag omitted at test time (Table 8).
+LSL_OFF, TAG_OMITTED = " (LSL off)", " (tag omitted)"
+
+
 def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
                    directions: list[str] | None = None, use_lsl: bool = True, max_sentences: int = 0,
                    log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
-                   hyps_dir: Path | None = None, name: str = "") -> dict:
+                   hyps_dir: Path | None = None, name: str = "", omit_tag: bool = False) -> dict:
     """Score every direction of ``pairs`` (or of ``directions``) that the model can translate; the
     others are listed under ``skipped`` with the reason, and logged, never dropped in silence.
     Each direction's scoring goes to ``pool`` (inline without one) while the next one decodes;
@@ -167,7 +172,7 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
         t0 = time.perf_counter()
         with tqdm(total=len(srcs), desc=f"{name} {direction}".strip(), unit="sent", leave=False,
                   disable=None, file=sys.stderr) as bar:
-            hyps = translator.translate(srcs, tgt_lang, use_lsl=use_lsl, progress=bar.update)
+            hyps = translator.translate(srcs, tgt_lang, use_lsl=use_lsl, progress=bar.update, omit_tag=omit_tag)
         decode_s += time.perf_counter() - t0
         sentences += len(srcs)
         if hyps_dir is not None:
@@ -191,7 +196,8 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
               "sentences_per_s": sentences / wall if wall else 0.0,
               "decode_sentences_per_s": sentences / decode_s if decode_s else 0.0}
     return {"directions": [asdict(r) for r in results], "averages": averages(results, m.central_language),
-            "skipped": skipped, "bleu_signature": signature, "use_lsl": use_lsl, "lid": list(lid),
+            "skipped": skipped, "bleu_signature": signature, "use_lsl": use_lsl,
+            "lang_tag": translator.lang_tag and not omit_tag, "lid": list(lid),
             "timing": timing, "t_weights": translator.model.t_weights(),
             "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
 
@@ -266,7 +272,7 @@ def select_directions(pairs: dict, directions: list[str] | None, where: str) -> 
 def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str], list[str]]], test_set: str,
             beam: int, directions: list[str] | None = None, max_sentences: int = 0, ablate_lsl: bool = False,
             log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
-            hyps_out: str | Path | None = None) -> dict:
+            hyps_out: str | Path | None = None, omit_lang_tag: bool = False) -> dict:
     """Evaluate several models on the same pairs: the report behind every table of the project.
     Scoring goes to ``pool`` (:func:`lid_pool`; inline without one); ``hyps_out`` gets
     ``<model>/<setting>/<direction>.txt``. See :func:`summarize` for the cross-model part."""
@@ -275,25 +281,31 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
     entries: dict[str, dict] = {}
     for name, tr in translators.items():
         entries.update(evaluate_entries(tr, name, pairs, directions, max_sentences, ablate_lsl, log, lid, pool,
-                                        hyps_out))
+                                        hyps_out, omit_lang_tag))
     return summarize(entries, test_set, beam, lid, log)
 
 
 def evaluate_entries(translator: Translator, name: str, pairs: dict[str, tuple[list[str], list[str]]],
                      directions: list[str] | None, max_sentences: int = 0, ablate_lsl: bool = False, log=print,
                      lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
-                     hyps_out: str | Path | None = None) -> dict[str, dict]:
-    """One model's report entries: ``name``, and ``name (LSL off)`` with ``ablate_lsl`` where the
-    model has LSLs. Each entry records its model's central language (for :func:`summarize`)."""
-    settings = [(name, True, "default")]
+                     hyps_out: str | Path | None = None, omit_lang_tag: bool = False) -> dict[str, dict]:
+    """One model's report entries: ``name``; ``name (LSL off)`` with ``ablate_lsl`` where the
+    model has LSLs (paper Tables 9-10); ``name (tag omitted)`` with ``omit_lang_tag`` where the
+    model was trained with language tags (Table 8). Each entry records its model's central
+    language (for :func:`summarize`)."""
+    settings = [(name, True, False, "default")]
     if ablate_lsl and translator.model.cfg.cll_layers:
-        settings.append((f"{name} (LSL off)", False, "lsl-off"))
+        settings.append((name + LSL_OFF, False, False, "lsl-off"))
+    if omit_lang_tag and translator.lang_tag:
+        settings.append((name + TAG_OMITTED, True, True, "tag-omitted"))
+    elif omit_lang_tag:
+        log(f"{name}: trained without language tags, so no '{TAG_OMITTED.strip(' ()')}' entry")
     entries = {}
-    for entry, use_lsl, setting in settings:
+    for entry, use_lsl, omit_tag, setting in settings:
         log(f"{entry}:")
         hyps_dir = Path(hyps_out) / file_name(name) / setting if hyps_out else None
         entries[entry] = evaluate_model(translator, pairs, directions, use_lsl, max_sentences, log=log,
-                                        lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry)
+                                        lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry, omit_tag=omit_tag)
         entries[entry]["central_language"] = translator.manifest.central_language
     return entries
 
@@ -346,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sentences", type=non_negative_int, default=0,
                    help="evaluate only the first N of each direction (0: all)")
     p.add_argument("--ablate-lsl", action="store_true", help="also evaluate with the LSLs switched off (Tables 9-10)")
+    p.add_argument("--omit-lang-tag", action="store_true",
+                   help="also evaluate the models trained with language tags without the tag (Table 8)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
     add_lid_arguments(p)
     add_debug_argument(p)
@@ -369,7 +383,7 @@ def evaluate_cli(args) -> int:
     with lid_pool(args.lid_workers) as pool:
         report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
                          args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr), lid=args.lid,
-                         pool=pool, hyps_out=Path(args.out) / "hyps")
+                         pool=pool, hyps_out=Path(args.out) / "hyps", omit_lang_tag=args.omit_lang_tag)
     print(write_report(report, args.out))
     print(f"BLEU signature: {report['bleu_signature']}")
     return 0

@@ -4,7 +4,8 @@
     model_config.json    ModelConfig
     spm.model            the SentencePiece model
     manifest.json        the shard manifest (languages, supervised / zero-shot directions, ids)
-    export.json          provenance (step, run) and the sha256 of every file above
+    export.json          provenance (step, run), whether inputs carry the language tag
+                         (``lang_tag``), and the sha256 of every file above
 """
 from __future__ import annotations
 
@@ -51,6 +52,17 @@ def export_model_config(export_dir: str | os.PathLike) -> dict:
     if not path.is_file():
         raise ExportError(f"{export_dir}: not a cll-scale export (no model_config.json)")
     return json.loads(path.read_text())
+
+
+def export_lang_tag(export_dir: str | os.PathLike) -> bool:
+    """Whether the exported model was trained with target-language tags (``lang_tag`` in
+    export.json, from ``data.add_lang_tag``). Exports written before it was recorded were all
+    trained with tags: the setting had no other value in any recipe then."""
+    info = json.loads((Path(export_dir) / "export.json").read_text())
+    value = info.get("lang_tag", True)
+    if not isinstance(value, bool):
+        raise ExportError(f"{export_dir}/export.json: lang_tag must be true or false, not {value!r}")
+    return value
 
 
 def load_export(export_dir: str | os.PathLike, device: str | torch.device = "cpu", check: bool = True

@@ -39,7 +39,7 @@ from cll_scale import finetune
 from cll_scale.checkpointer import chosen_export
 from cll_scale.cli import csv_list
 from cll_scale.config import ModelConfig
-from cll_scale.export import load_export, write_export
+from cll_scale.export import export_lang_tag, load_export, write_export
 from cll_scale.finetune import (FineTuneSettings, before_after, check_fine_tuning_inputs, fine_tuning_recipe,
                                 open_output)
 from cll_scale.languages import Direction, LanguageError, check_language
@@ -220,7 +220,8 @@ def build_init_export(cfg: ExtendConfig, data: Path) -> Path:
     grown = grow_model(model, cfg.lang, manifest.tokenizer.vocab_size, cfg.noise, cfg.seed)
     info = json.loads((Path(cfg.model) / "export.json").read_text())
     write_export(out, grown.state_dict(), grown.cfg, data,
-                 {"extended_from": cfg.model, "lang": cfg.lang, "pretrain": pretrain_schedule(info)})
+                 {"extended_from": cfg.model, "lang": cfg.lang, "pretrain": pretrain_schedule(info),
+                  "lang_tag": export_lang_tag(cfg.model)})
     return out
 
 

@@ -17,6 +17,7 @@ from cll_scale.cli import run as cli_run
 from cll_scale.config import TrainConfig
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_report
+from cll_scale.export import export_lang_tag
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_apart, check_owner, json_text, write_atomic
 from cll_scale.train import Interrupted
@@ -197,4 +198,6 @@ def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | P
     settings = {"data": str(data), "run_dir": str(run_dir), "ds_config": cfg.ds_config, "seed": cfg.seed,
                 "valid_every": 500, "ckpt_every": 250, "keep_last": 2, "log_every": 25, **train}
     TrainConfig(**settings)          # an unknown or invalid setting fails here, by name
-    return {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed}, "train": settings}
+    # The tags follow the model fine-tuned: a model trained without them continues without them.
+    return {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed,
+                     "add_lang_tag": export_lang_tag(settings["init_from"])}, "train": settings}

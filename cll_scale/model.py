@@ -66,6 +66,10 @@ class Attention(nn.Module):
         self.q = nn.Linear(d, d)
         self.kv = nn.Linear(d, 2 * d)
         self.out = nn.Linear(d, d)
+        # Analyses only (cll-analyze attention, paper Fig. 3): when set, the weights are computed
+        # explicitly and kept in ``weights`` (B, H, T, S); training and decoding keep the fused kernel.
+        self.keep_weights = False
+        self.weights: torch.Tensor | None = None
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:      # (B, N, D) -> (B, H, N, D/H)
         b, n, d = x.shape
@@ -89,11 +93,27 @@ class Attention(nn.Module):
         g = b // k.shape[0]
         if g > 1:       # (B_m*G, H, T, dh) -> (B_m, H, G*T, dh): a sentence's beams as more queries
             q = q.view(k.shape[0], g, h, t, dh).transpose(1, 2).reshape(k.shape[0], h, g * t, dh)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        if self.keep_weights:
+            y = self._attend_keeping_weights(q, k, v, mask, causal)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                               dropout_p=self.dropout if self.training else 0.0)
         if g > 1:
             y = y.view(k.shape[0], h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)
         return self.out(y.transpose(1, 2).reshape(b, t, h * dh))
+
+
+    def _attend_keeping_weights(self, q, k, v, mask, causal: bool) -> torch.Tensor:
+        """What ``scaled_dot_product_attention`` computes (without dropout), with the weights kept."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])           # (B, H, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        if causal:
+            t, s = scores.shape[-2:]
+            scores = scores.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        weights = scores.float().softmax(-1)
+        self.weights = weights.detach()
+        return weights.to(v.dtype) @ v
 
 
 class FeedForward(nn.Module):
@@ -161,10 +181,13 @@ class CLLFeedForward(nn.Module):
         # the FFN path's own dropout, applied here under the authors' rule (the layer's otherwise)
         self.ffn_dropout = cfg.dropout if cfg.lsl_dropout == "authors" else 0.0
         self.index = index                  # position among the CLL layers
+        # The outputs of the LSL's two linear layers, as modules a hook can reach (layer
+        # attribution, paper Fig. 5: cll_scale/analysis.py); identities otherwise.
+        self.lsl1, self.lsl2 = nn.Identity(), nn.Identity()
 
     def lsl(self, x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> torch.Tensor:
         w1, b1, w2, b2, t = weights
-        h = F.linear(F.relu(F.linear(x, w1, b1)), w2, b2)
+        h = self.lsl2(F.linear(F.relu(self.lsl1(F.linear(x, w1, b1))), w2, b2))
         h = dropout(h, self.cll_dropout, self.training)
         return t * h
 
@@ -375,6 +398,25 @@ class CLLTransformer(nn.Module):
         for i, layer in enumerate(self.decoder):
             x = layer(x, enc_out, enc_mask, groups, None if cache is None else cache[i], use_lsl)
         return F.linear(self.dec_norm(x), self.embed.weight)       # (B, T, V), tied weights
+
+    def components(self) -> dict[tuple[int, str], nn.Module]:
+        """(decoder layer, name) -> the module whose output is that component, for hooks: ``ffn1``
+        and ``ffn2`` (the FFN's two linear layers, before the ReLU and after), and in CLL layers
+        ``lsl1`` and ``lsl2`` (the LSL's two, before t_l and dropout). Paper Fig. 5's components."""
+        out = {}
+        for i, layer in enumerate(self.decoder):
+            ffn = layer.ffn.ffn if layer.cll else layer.ffn
+            out[i, "ffn1"], out[i, "ffn2"] = ffn.fc1, ffn.fc2
+            if layer.cll:
+                out[i, "lsl1"], out[i, "lsl2"] = layer.ffn.lsl1, layer.ffn.lsl2
+        return out
+
+    def attentions(self) -> dict[tuple[str, int], Attention]:
+        """("encoder" | "decoder" | "cross", layer) -> its attention module."""
+        out: dict[tuple[str, int], Attention] = {("encoder", i): layer.self_attn for i, layer in enumerate(self.encoder)}
+        for i, layer in enumerate(self.decoder):
+            out["decoder", i], out["cross", i] = layer.self_attn, layer.cross_attn
+        return out
 
     def new_cache(self) -> list[dict]:
         return [{"self": {}, "cross": {}} for _ in self.decoder]

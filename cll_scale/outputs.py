@@ -160,6 +160,8 @@ def directory_owner(path: str | os.PathLike) -> str | None:
         return "cll-train"
     if (path / "results.json").is_file() and (path / "results.md").is_file():
         return "cll-eval"
+    if (path / "analysis.json").is_file():
+        return "cll-analyze"
     return None
 
 

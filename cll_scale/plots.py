@@ -122,3 +122,81 @@ def plot_validation_over_training(metrics: dict[str, list[dict]], out_png: str |
         ax.grid(alpha=0.3)
     axes[0].legend()
     return _save(plt, fig, out_png)
+
+
+def plot_attribution(result: dict, out_png: str | Path) -> Path:
+    """One sentence's layer attribution in the shape of paper Fig. 5: a row per (decoder layer,
+    component), a column per target token, red where the component raised the token's
+    log-probability and blue where it lowered it (``result``: ``Attribution.to_json()``)."""
+    import numpy as np
+    rows, labels = [], []
+    for layer in range(len(result["attribution"]["ffn1"])):
+        for name, values in result["attribution"].items():
+            if values[layer] is not None:
+                rows.append(values[layer])
+                labels.append(f"layer {layer + 1} {name}")
+    grid = np.array(rows)
+    bound = float(np.abs(grid).max()) or 1.0
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(5, 0.55 * grid.shape[1] + 2.5), 0.35 * len(rows) + 1.8))
+    image = ax.imshow(grid, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    ax.set_xticks(range(grid.shape[1]), result["tgt_pieces"], rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_title(f"→{result['tgt_lang']}: {result['src_text'][:70]}", fontsize=9)
+    fig.colorbar(image, ax=ax, label="attribution to log p(token)")
+    return _save(plt, fig, out_png)
+
+
+def plot_attention(cases: dict[str, dict], kind: str, out_png: str | Path) -> Path:
+    """Attention weights averaged over heads (paper Fig. 3): a row per case (model, tag kept or
+    omitted), a column per layer; ``cases``: name -> {"src_pieces", "tgt_pieces", kind: per layer
+    (queries, keys) lists}."""
+    import numpy as np
+    n_layers = max(len(c[kind]) for c in cases.values())
+    plt = _pyplot()
+    first = next(iter(cases.values()))
+    side = 0.32 * len(first["src_pieces"]) + 1.5
+    fig, axes = plt.subplots(len(cases), n_layers, figsize=(side * n_layers, side * len(cases) + 0.5),
+                             squeeze=False)
+    for row, (name, case) in enumerate(cases.items()):
+        queries = case["src_pieces"] if kind == "encoder" else case["tgt_pieces"]
+        keys = case["tgt_pieces"] if kind == "decoder" else case["src_pieces"]
+        for layer, weights in enumerate(case[kind]):
+            ax = axes[row][layer]
+            ax.imshow(np.array(weights), cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=6)
+            ax.set_yticks(range(len(queries)), queries, fontsize=6)
+            ax.set_title(f"{name}: {kind} layer {layer + 1}", fontsize=8)
+    return _save(plt, fig, out_png)
+
+
+def plot_cll_layers(report: dict, out_png: str | Path) -> Path | None:
+    """Zero-shot and supervised BLEU against the number of CLL layers (paper Fig. 4), from a
+    ``cll-repro --cll-layers`` report: one line per variant and side the layers were removed from
+    (the set of every layer ends both), seeds averaged."""
+    points: dict[tuple[str, tuple[int, ...]], list[dict]] = {}
+    for name, entry in report["models"].items():
+        if " cll" in name and entry["use_lsl"] and entry.get("lang_tag", True) and entry["cll_layers"]:
+            points.setdefault((name.split(" cll")[0], tuple(entry["cll_layers"])), []).append(entry["averages"])
+    if not points:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for variant in sorted({v for v, _ in points}):
+        sets = {layers: rows for (v, layers), rows in points.items() if v == variant}
+        top = max(max(layers) for layers in sets)
+        sides = {"lowest layers removed": [x for x in sets if x[-1] == top],
+                 "highest layers removed": [x for x in sets if x[0] == 1]}
+        for side, chosen in sides.items():
+            chosen = sorted(chosen, key=len)
+            if len(chosen) < 2:          # one point is no curve (e.g. only the top layer was kept)
+                continue
+            for ax, kind in zip(axes, ("zero-shot", "supervised")):
+                ys = [sum(r[kind]["bleu"] for r in sets[x] if kind in r) / len(sets[x]) for x in chosen]
+                ax.plot([len(x) for x in chosen], ys, "o-", label=f"{variant}, {side}")
+    for ax, kind in zip(axes, ("zero-shot", "supervised")):
+        ax.set_xlabel("CLL layers")
+        ax.set_ylabel(f"{kind} BLEU")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    return _save(plt, fig, out_png)

@@ -43,10 +43,10 @@ from cll_scale import engine as ds
 from cll_scale.checkpointer import BEST_EXPORT, chosen_export
 from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
                            pick_device, positive_int, run)
-from cll_scale.config import TrainConfig, apply_overrides, load_recipe
+from cll_scale.config import PRESETS, ModelConfig, TrainConfig, apply_overrides, load_recipe
 from cll_scale.decoding import DecodeConfig
-from cll_scale.evaluate import (evaluate_entries, file_name, lid_pool, markdown, pairs_from_shards,
-                                select_directions, summarize)
+from cll_scale.evaluate import (LSL_OFF, TAG_OMITTED, evaluate_entries, file_name, lid_pool, markdown,
+                                pairs_from_shards, select_directions, summarize)
 from cll_scale.metrics import read_rows
 from cll_scale.outputs import json_text, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
@@ -382,7 +382,7 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
                  pending: tuple[str, ...] | list[str] = ()) -> Path:
     """The report of the models in ``runs``; ``pending``: the planned ones still to train, named
     at the top so that a report written part-way through a study says what it lacks."""
-    from cll_scale.plots import plot_validation_over_training
+    from cll_scale.plots import plot_cll_layers, plot_validation_over_training
     figs = out / report_name
     figs.mkdir(parents=True, exist_ok=True)
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
@@ -422,6 +422,9 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
             lines += ["Mean ± sample standard deviation over seeds, then every model of every seed.", "",
                       seed_table(report, seed_groups)]
         lines += [markdown(report), *plot_links(report, figs, f"{split}_")]
+        sweep = plot_cll_layers(report, figs / f"{split}_cll_layers.png")
+        if sweep:
+            lines.append(f"![BLEU against the number of CLL layers (paper Fig. 4)]({figs.name}/{sweep.name})")
     path = out / f"{report_name}.md"
     write_atomic(path, "\n".join(lines) + "\n")
     return path
@@ -436,6 +439,8 @@ class Evaluations:
         self.args, self.shards, self.splits, self.figs, self.pool = args, shards, splits, figs, pool
         self.decoding = {"beam": args.beam, "max_sentences": args.max_sentences, "ablate_lsl": args.ablate_lsl,
                          "lid": list(args.lid)}
+        if args.omit_lang_tag:      # only when asked: the evaluations cached before it existed still match
+            self.decoding["omit_lang_tag"] = True
         self.done: dict[str, dict[str, dict]] = {}
         self.test_sets: dict[str, tuple] = {}       # read only if some model has to be decoded
 
@@ -472,7 +477,8 @@ class Evaluations:
             pairs, directions = self.test_set(split)
             result[split] = evaluate_entries(translator, name, pairs, directions, self.args.max_sentences,
                                              self.args.ablate_lsl, lambda s: print(s, file=sys.stderr),
-                                             self.args.lid, self.pool, self.figs / "hyps" / split)
+                                             self.args.lid, self.pool, self.figs / "hyps" / split,
+                                             self.args.omit_lang_tag)
             write_atomic(cached, json_text({"settings": settings, "entries": result[split]}, indent=1,
                                             ensure_ascii=False))
         self.done[name] = result
@@ -522,6 +528,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "precision than the study's trained ones (refused by default)")
     p.add_argument("--ablate-lsl", action="store_true",
                    help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
+    p.add_argument("--omit-lang-tag", action="store_true",
+                   help="also evaluate the models trained with language tags without the tag (paper Table 8)")
+    p.add_argument("--cll-layers", metavar="SETS",
+                   help="train each CLL variant once per set of decoder layers with CLL (1-based, e.g. "
+                        "1-3,2-3,3), or 'sweep': paper Fig. 4's sets (layers removed from the bottom, then "
+                        "from the top, down to one); the report is <condition>-cll-layers.md with BLEU "
+                        "against the number of CLL layers")
     add_lid_arguments(p)
     add_debug_argument(p)
     return p
@@ -560,15 +573,54 @@ def plan_runs(args) -> tuple[dict[str, Path], dict[str, Path], dict[str, list[st
                          f"; variants with a {args.settings} recipe: {', '.join(recipes) or 'none'}")
     stem = f"multi30k-{args.condition}" + settings_suffix(args.settings)
     runs, recipe_of, overrides, groups = {}, {}, {}, {}
+    sweeps = {v: layer_sweep(v, recipes[v], args.set, args.cll_layers) for v in variants}
     for seed in args.seeds or [None]:
         for v in variants:
-            name = v if seed is None else f"{v} seed{seed}"
-            runs[name] = Path(args.runs_root) / (f"{stem}-{v}" if seed is None else f"{stem}-{v}-seed{seed}")
-            recipe_of[name] = recipes[v]
-            # One seed sets the initialisation and the data order alike.
-            overrides[name] = [] if seed is None else [f"train.seed={seed}", f"data.seed={seed}"]
-            groups.setdefault(v, []).append(name)
+            for model, own in sweeps[v]:
+                name = model if seed is None else f"{model} seed{seed}"
+                runs[name] = Path(args.runs_root) / (f"{stem}-{model.replace(' ', '-')}"
+                                                     + ("" if seed is None else f"-seed{seed}"))
+                recipe_of[name] = recipes[v]
+                # One seed sets the initialisation and the data order alike.
+                overrides[name] = own + ([] if seed is None else [f"train.seed={seed}", f"data.seed={seed}"])
+                groups.setdefault(model, []).append(name)
     return runs, recipe_of, overrides, groups
+
+
+def cll_layer_sets(text: str, decoder_layers: int) -> list[tuple[int, ...]]:
+    """``--cll-layers``: 1-based decoder layer sets written ``1-3,2-3,3`` (a range or one layer
+    each), or ``sweep``: paper Fig. 4's, every layer, then the lowest removed one at a time down
+    to the top one alone, then the highest removed down to the bottom one alone."""
+    d = decoder_layers
+    if text == "sweep":
+        return ([tuple(range(1, d + 1))] + [tuple(range(k, d + 1)) for k in range(2, d + 1)]
+                + [tuple(range(1, k + 1)) for k in range(d - 1, 0, -1)])
+    sets = []
+    for item in csv_list(text):
+        first, _, last = item.partition("-")
+        if not (first.isdigit() and (last or first).isdigit() and 1 <= int(first) <= int(last or first) <= d):
+            raise ValueError(f"--cll-layers {text}: {item!r} is not a layer or a range a-b of layers 1..{d}")
+        sets.append(tuple(range(int(first), int(last or first) + 1)))
+    if not sets or len(set(sets)) != len(sets):
+        raise ValueError(f"--cll-layers {text}: give distinct layer sets, e.g. 1-{d},{d}")
+    return sets
+
+
+def layer_sweep(name: str, recipe: Path, overrides: list[str], spec: str | None) -> list[tuple[str, list[str]]]:
+    """(model name, its own overrides) of a variant: itself, or with ``--cll-layers`` one model per
+    layer set, its CLL in those decoder layers and its encoder as the variant has it (SD's residual
+    change kept: paper Fig. 4's two curves are FCLL-like and SD-like variants)."""
+    if spec is None:
+        return [(name, [])]
+    r = apply_overrides(load_recipe(recipe), overrides)
+    cfg = ModelConfig(**{"vocab_size": 8, **PRESETS[r.get("preset", "small")], **r.get("model", {})})
+    if not cfg.cll_layers:
+        raise ValueError(f"--cll-layers: the {name} recipe {recipe} has no CLL layer to move; sweep a CLL variant")
+    residual = ([f"model.residual_sublayer={cfg.residual_sublayer}", f"model.residual_layer={cfg.residual_layer}"]
+                if cfg.residual_sublayer else [])
+    return [(f"{name} cll{layers[0]}" + (f"-{layers[-1]}" if len(layers) > 1 else ""),
+             ["model.variant=custom", f"model.cll_layers=[{','.join(str(i - 1) for i in layers)}]", *residual])
+            for layers in cll_layer_sets(spec, cfg.decoder_layers)]
 
 
 def mean_std(values: list[float], unit: str = "", digits: int = 2) -> str:
@@ -587,7 +639,7 @@ def seed_table(report: dict, groups: dict[str, list[str]]) -> str:
              "| zero-shot BLEU | supervised BLEU |", "|---|---:|---:|---:|---:|---:|"]
     models = report["models"]
     for variant, names in groups.items():
-        for suffix in ("", " (LSL off)"):
+        for suffix in ("", LSL_OFF, TAG_OMITTED):
             rows = [models[n + suffix]["averages"] for n in names if n + suffix in models]
             if not rows:
                 continue
@@ -606,7 +658,8 @@ def reproduce(args, argv) -> int:
               "minutes": args.minutes_per_model or (0.0 if args.steps_per_model else 90.0)}
     runs, recipe_of, overrides, groups = plan_runs(args)
     # A multi-seed study is its own report (``<condition>-seeds.md``) beside the one-seed one.
-    report_name = args.condition + settings_suffix(args.settings) + ("-seeds" if args.seeds else "")
+    report_name = (args.condition + settings_suffix(args.settings) + ("-cll-layers" if args.cll_layers else "")
+                   + ("-seeds" if args.seeds else ""))
     figs = Path(args.out) / report_name
     identities = {name: training_identity(recipe_of[name], overrides[name] + args.set, budget) for name in runs}
     runs = use_records(runs, identities, figs / "records", budget)

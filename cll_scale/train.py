@@ -489,7 +489,8 @@ class Trainer:
 
     def export(self, tag: str, name: str = "export", info: dict | None = None) -> None:
         path = self.checkpointer.export(tag, self.frozen, self.model_cfg, self.cfg.data,
-                                        {"step": self.step, "lr": self.engine.get_lr()[0], **(info or {})}, name)
+                                        {"step": self.step, "lr": self.engine.get_lr()[0],
+                                         "lang_tag": self.stream_cfg.add_lang_tag, **(info or {})}, name)
         if path is not None:
             self.log(f"exported {path}" + (f" ({info})" if info else ""))
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, pick_device, positive_int, run
 from cll_scale.decoding import DecodeConfig, beam_search
-from cll_scale.export import load_export
+from cll_scale.export import export_lang_tag, load_export
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
 from cll_scale.outputs import OutputError, check_apart, check_stdin_apart, write_atomic
@@ -119,11 +119,14 @@ class Translator:
     """Load an export and translate lists of sentences; outputs come back in input order."""
 
     def __init__(self, model: CLLTransformer, manifest: Manifest, spm_path: str | Path,
-                 cfg: TranslateConfig | None = None):
+                 cfg: TranslateConfig | None = None, lang_tag: bool = True):
         """Wrap a model in memory as it is (e.g. during training, for validation decoding); it
-        decodes on the device and in the precision its parameters have."""
+        decodes on the device and in the precision its parameters have. ``lang_tag``: whether the
+        model was trained with the target-language tag before the source (``data.add_lang_tag``):
+        inputs are encoded as it was trained."""
         first = next(model.parameters())
         self.model, self.manifest, self.device = model, manifest, first.device
+        self.lang_tag = lang_tag
         self.cfg = (cfg or TranslateConfig(DecodeConfig())).resolved(self.device)
         self.sp = spm.SentencePieceProcessor(model_file=str(spm_path))
         tok = self.manifest.tokenizer
@@ -145,7 +148,7 @@ class Translator:
         dtype = (cfg or TranslateConfig(DecodeConfig())).resolved(device).dtype
         model, manifest = load_export(export_dir, device)
         model = model.to({"bf16": torch.bfloat16, "fp32": torch.float32}[dtype])
-        return cls(model, manifest, Path(export_dir) / "spm.model", cfg)
+        return cls(model, manifest, Path(export_dir) / "spm.model", cfg, export_lang_tag(export_dir))
 
     @property
     def languages(self) -> list[str]:
@@ -157,20 +160,32 @@ class Translator:
                              f"{', '.join(self.manifest.languages)}")
         return self.manifest.languages.index(code)
 
-    def encode(self, text: str, tgt: str) -> list[int]:
+    def check_omit_tag(self, omit_tag: bool) -> None:
+        if omit_tag and not self.lang_tag:
+            raise ValueError("this model was trained without language tags (data.add_lang_tag: false); "
+                             "there is no tag to omit")
+
+    def encode(self, text: str, tgt: str, omit_tag: bool = False) -> list[int]:
+        """Source ids as the model was trained: ``<tgt> source </s>``, or ``source </s>`` for a
+        model trained without tags. ``omit_tag`` drops the tag of a model trained with it (paper
+        Table 8: the tag removed at test time)."""
+        self.check_omit_tag(omit_tag)
         ids = self.sp.encode(text)
         if len(ids) > self.max_src:
             # ascii(): the user's bytes (escape sequences, control characters) never reach the terminal raw
             log.warning("input of %d subwords truncated to %d: %s...", len(ids), self.max_src, ascii(text[:60]))
             ids = ids[:self.max_src]
-        return [self.manifest.tokenizer.lang_tag_ids[tgt]] + ids + [self.eos]
+        tag = [self.manifest.tokenizer.lang_tag_ids[tgt]] if self.lang_tag and not omit_tag else []
+        return tag + ids + [self.eos]
 
     @torch.no_grad()
     def translate(self, sentences: list[str], tgt_lang: str | list[str], use_lsl: bool = True,
-                  use_cache: bool = True, n_best: int = 1, progress=None) -> list[str] | list[list[str]]:
+                  use_cache: bool = True, n_best: int = 1, progress=None, omit_tag: bool = False
+                  ) -> list[str] | list[list[str]]:
         """Translate ``sentences`` into ``tgt_lang`` (one code, or one per sentence). Empty or
         blank input gives empty output without running the model. ``progress(n)`` is told of
-        every n sentences done."""
+        every n sentences done. ``omit_tag``: see :meth:`encode`."""
+        self.check_omit_tag(omit_tag)
         tgts = [tgt_lang] * len(sentences) if isinstance(tgt_lang, str) else list(tgt_lang)
         if len(tgts) != len(sentences):
             raise ValueError(f"{len(sentences)} sentences but {len(tgts)} target languages")
@@ -178,7 +193,7 @@ class Translator:
         texts = [s.strip() if isinstance(s, str) else "" for s in sentences]
         results: list = [[""] * n_best if n_best > 1 else "" for _ in texts]
         todo = [i for i, s in enumerate(texts) if s]
-        encoded = {i: self.encode(texts[i], tgts[i]) for i in todo}
+        encoded = {i: self.encode(texts[i], tgts[i], omit_tag) for i in todo}
         todo.sort(key=lambda i: len(encoded[i]))
         for batch in self._batches(todo, encoded):
             hyps = self._translate_batch([encoded[i] for i in batch], [lang_ids[i] for i in batch],
@@ -260,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=positive_int, help="source tokens × beam per batch (default: 6,000 on "
                    "the CPU, 96,000 on a GPU)")
     p.add_argument("--no-lsl", action="store_true", help="switch the LSLs off (paper Table 10 ablation)")
+    p.add_argument("--omit-lang-tag", action="store_true",
+                   help="leave out the target-language tag a model was trained with (paper Table 8 ablation)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
     add_debug_argument(p)
     return p
@@ -296,10 +313,11 @@ def translate_cli(args) -> int:
     translator = Translator.load(args.model, pick_device(args.device), cfg)
     for code in filter(None, (args.src_lang, args.tgt_lang)):
         translator.check_language(code)
+    translator.check_omit_tag(args.omit_lang_tag)            # before reading the input
     raw = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
     lines = split_lines(raw)
     texts, tgts = read_tsv(lines) if args.tsv else (lines, [args.tgt_lang] * len(lines))
-    outputs = translator.translate(texts, tgts, use_lsl=not args.no_lsl)
+    outputs = translator.translate(texts, tgts, use_lsl=not args.no_lsl, omit_tag=args.omit_lang_tag)
     text = "".join(o.replace("\n", " ").replace("\r", " ") + "\n" for o in outputs)
     if out is not None:
         write_atomic(out, text)

@@ -92,7 +92,7 @@ class Validator:
             from cll_scale.evaluate import evaluate_model, pairs_from_shards
             from cll_scale.translate import TranslateConfig, Translator
             tr = Translator(model, self.manifest, Path(self.cfg.data) / self.manifest.tokenizer.file,
-                            TranslateConfig(DecodeConfig(beam=1)))
+                            TranslateConfig(DecodeConfig(beam=1)), lang_tag=self.stream_cfg.add_lang_tag)
             report = evaluate_model(tr, pairs_from_shards(self.cfg.data, self.split),
                                     max_sentences=self.cfg.valid_decode_sentences, log=lambda s: None)
             for kind, key in (("supervised", "valid_bleu"), ("zero-shot", "valid_zero_shot_bleu")):

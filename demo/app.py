@@ -1,4 +1,6 @@
-"""``cll-demo``: Baseline and CLL models side by side on zero-shot directions (Gradio).
+"""``cll-demo``: Baseline and CLL models side by side on zero-shot directions (Gradio), and a
+"Why this language?" view: per output token, how much the LSLs and the FFN raised or lowered it
+(integrated gradients, paper Fig. 5).
 
     cll-demo --model baseline=runs/quickstart/multi30k-centered-baseline/export \\
              --model fcll=runs/quickstart/multi30k-centered-fcll/export --examples ../shared/data/multi30k
@@ -17,7 +19,10 @@ for _key, _value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "
     os.environ.setdefault(_key, _value)
 
 import argparse  # noqa: E402
+import copy  # noqa: E402
+import html  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 from functools import lru_cache  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -29,6 +34,10 @@ from cll_scale.languages import Direction  # noqa: E402
 from cll_scale.translate import Translator  # noqa: E402
 
 MAX_CHARS = 1000
+# Integration steps of the "why" view: 12 keeps a `small` model's answer to a few seconds on
+# a CPU thread, with a convergence delta around 0.02 nats; the slider allows up to 32.
+WHY_STEPS, MAX_WHY_STEPS = 12, 32
+WHY_COMPONENTS = ("ffn2", "lsl2")      # the FFN's and the LSL's whole outputs: Fig. 5's two rows
 
 
 def direction_kind(translator: Translator, src: str, tgt: str) -> str:
@@ -85,20 +94,64 @@ class Demo:
             langs += [x for x in t.languages if x not in langs]
         self.languages = langs
 
-    def translate(self, text: str, src: str, tgt: str, lsl_off: bool = False) -> list[str]:
-        """Flat list: output and description for each model, in order."""
-        text = text or ""
+        # The "why" view attributes on its own copy of each model, one request at a time per
+        # model: Captum's hooks on the copy never reach a translation running beside it.
+        self._why_models: dict[str, object] = {}
+        self._why_locks = {name: threading.Lock() for name in self.translators}
+
+    def too_long(self, text: str) -> str | None:
         if len(text) > self.max_chars:
-            msg = f"**Input too long**: {len(text):,} characters; the demo accepts at most {self.max_chars:,}."
+            return f"**Input too long**: {len(text):,} characters; the demo accepts at most {self.max_chars:,}."
+        return None
+
+    def translate(self, text: str, src: str, tgt: str, lsl_off: bool = False, omit_tag: bool = False) -> list[str]:
+        """Flat list: output and description for each model, in order. ``omit_tag`` removes the
+        language tag from the input of the models trained with it (paper Table 8); a model
+        trained without tags is fed as always, and the line under its output says so."""
+        text = text or ""
+        if msg := self.too_long(text):
             return [item for _ in self.translators for item in ("", msg)]
         out = []
         for t in self.translators.values():
             if tgt not in t.languages:
                 out += ["", f"**this model cannot translate into `{tgt}` ** (it knows {', '.join(t.languages)})"]
                 continue
-            hyp = t.translate([text], tgt, use_lsl=not lsl_off)[0]
-            out += [hyp, describe(t, hyp, src, tgt)]
+            hyp = t.translate([text], tgt, use_lsl=not lsl_off, omit_tag=omit_tag and t.lang_tag)[0]
+            note = ""
+            if omit_tag:
+                note = (" · language tag omitted from the input" if t.lang_tag
+                        else " · trained without language tags: its input never has one")
+            out += [hyp, describe(t, hyp, src, tgt) + note]
         return out
+
+    def why(self, text: str, src: str, tgt: str, name: str, steps: int = WHY_STEPS,
+            omit_tag: bool = False) -> tuple[str, str]:
+        """The "why this language?" view: the model ``name`` translates ``text`` into ``tgt``,
+        then integrated gradients (paper Fig. 5; :func:`cll_scale.analysis.attribute`) give, per
+        output token, how much the FFNs' and the LSLs' outputs (``ffn2``, ``lsl2``, summed over
+        the decoder layers) raised or lowered that token's log-probability. Returns a markdown
+        summary and an HTML table, one row per output token."""
+        from cll_scale.analysis import attribute, prepare
+        text = (text or "").strip()
+        if msg := self.too_long(text):
+            return msg, ""
+        if name not in self.translators:
+            return f"**unknown model `{name}`**; choose one of {', '.join(self.translators)}", ""
+        t = self.translators[name]
+        if tgt not in t.languages:
+            return f"**`{name}` cannot translate into `{tgt}`** (it knows {', '.join(t.languages)})", ""
+        if not text:
+            return "Type a sentence to explain.", ""
+        steps = int(steps)
+        if not 2 <= steps <= MAX_WHY_STEPS:
+            return f"**integration steps must be 2-{MAX_WHY_STEPS}**, not {steps}", ""
+        with self._why_locks[name]:
+            model = self._why_models.get(name)
+            if model is None:
+                model = self._why_models[name] = copy.deepcopy(t.model).float()
+            ex = prepare(t, text, tgt, omit_tag=omit_tag and t.lang_tag)
+            result = attribute(model, ex, n_steps=steps, components=WHY_COMPONENTS)
+        return why_summary(name, t, result, src, steps), why_table(result)
 
     def batch(self, file, refs, tgt: str, lsl_off: bool = False) -> tuple[str, str | None]:
         """Translate an uploaded file with every model; off-target rate and, with references, BLEU."""
@@ -147,6 +200,50 @@ class Demo:
         return fig
 
 
+def why_summary(name: str, translator: Translator, result, src: str, steps: int) -> str:
+    """The lines above the "why" table: the output, what the numbers mean, and how many tokens
+    the LSLs raised, and against the FFN."""
+    ex = result.example
+    ffn, lsl = result.per_token("ffn2"), result.per_token("lsl2")
+    lines = [f"**{name}**, {src}→{ex.tgt_lang} ({direction_kind(translator, src, ex.tgt_lang)}): {ex.tgt_text}",
+             "Per output token, summed over the decoder layers: how much the FFN and the LSL raised (> 0) or "
+             "lowered (< 0) the log-probability of the token the model wrote (integrated gradients, paper "
+             f"Fig. 5; {steps} steps, largest convergence delta {result.max_abs_delta():.3f} nats)."]
+    if lsl is None:
+        why_not = ("it has no CLL layers" if not translator.model.cfg.cll_layers
+                   else f"`{ex.tgt_lang}` is its central language, which has no LSL")
+        lines.append(f"No LSL acts here: {why_not}; only the FFN's share is shown.")
+    else:
+        raised = sum(v > 0 for v in lsl)
+        against = sum(a * b < 0 for a, b in zip(ffn, lsl))
+        lines.append(f"The LSLs raised {raised} of {len(lsl)} tokens; on {against} their sign is opposite to the FFN's.")
+    if not ex.lang_tag:
+        lines.append("The input has no language tag" + (" (omitted)." if translator.lang_tag else
+                                                        " (the model was trained without tags)."))
+    return "\n\n".join(lines)
+
+
+def why_table(result) -> str:
+    """One row per output token: the piece, the FFN's and the LSL's attribution, each with a bar
+    (green raises, red lowers) scaled to the largest value of the sentence."""
+    ffn, lsl = result.per_token("ffn2"), result.per_token("lsl2")
+    pieces = result.example.tgt_pieces
+    scale = max((abs(v) for v in [*ffn, *(lsl or [])]), default=0.0) or 1.0
+
+    def cell(value: float | None) -> str:
+        if value is None:
+            return '<td class="why-value">–</td>'
+        width = round(60 * abs(value) / scale)
+        colour = "#2e7d32" if value >= 0 else "#c62828"
+        return (f'<td class="why-value">{value:+.3f} <span style="display:inline-block;width:{width}px;'
+                f'height:0.7em;background:{colour}"></span></td>')
+
+    rows = [f'<tr class="why-row"><td class="why-token">{html.escape(piece.replace(chr(0x2581), " ").strip() or piece)}'
+            f"</td>{cell(f)}{cell(None if lsl is None else lsl[i])}</tr>" for i, (piece, f) in enumerate(zip(pieces, ffn))]
+    return ('<table id="why-table"><thead><tr><th>output token</th><th>FFN</th><th>LSL</th></tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
+
+
 def build_app(demo: Demo, examples_dir: str | None = None):
     import gradio as gr
     first = next(iter(demo.translators.values()))
@@ -161,6 +258,7 @@ def build_app(demo: Demo, examples_dir: str | None = None):
                 src = gr.Dropdown(demo.languages, value=default[0], label="source language")
                 tgt = gr.Dropdown(demo.languages, value=default[1], label="target language")
                 lsl_off = gr.Checkbox(False, label="switch off LSL (paper Table 10 ablation)")
+                omit_tag = gr.Checkbox(False, label="omit the language tag (paper Table 8)")
             text = gr.Textbox(label=f"source text (at most {demo.max_chars:,} characters)", lines=3)
             button = gr.Button("Translate", variant="primary")
             outputs = []
@@ -172,8 +270,26 @@ def build_app(demo: Demo, examples_dir: str | None = None):
             examples = load_examples(examples_dir, demo.languages, zero_shot)
             if examples:
                 gr.Examples(examples, [text, src, tgt], label="zero-shot examples from test_2016_flickr")
-            button.click(demo.translate, [text, src, tgt, lsl_off], outputs, api_name="translate")
+            button.click(demo.translate, [text, src, tgt, lsl_off, omit_tag], outputs, api_name="translate")
             gr.Plot(demo.t_plot, label="learned t_l per language and layer (paper Fig. 6)")
+        with gr.Tab("Why this language?"):
+            gr.Markdown("Per output token, how much the **LSLs** pushed the model toward the token it wrote in the "
+                        "requested language, against the **FFN** (integrated gradients, paper Fig. 5). "
+                        "A few seconds on a CPU.")
+            names = list(demo.translators)
+            cll = [n for n, t in demo.translators.items() if t.model.cfg.cll_layers]
+            with gr.Row():
+                why_model = gr.Dropdown(names, value=(cll or names)[0], label="model to explain")
+                why_src = gr.Dropdown(demo.languages, value=default[0], label="language of the sentence")
+                why_tgt = gr.Dropdown(demo.languages, value=default[1], label="language to translate into")
+                why_omit = gr.Checkbox(False, label="omit the language tag")
+            why_text = gr.Textbox(label=f"sentence to explain (at most {demo.max_chars:,} characters)", lines=2)
+            why_steps = gr.Slider(2, MAX_WHY_STEPS, value=WHY_STEPS, step=1, label="integration steps")
+            explain = gr.Button("Explain", variant="primary")
+            why_info = gr.Markdown(elem_id="why-info")
+            why_out = gr.HTML(elem_id="why-out")
+            explain.click(demo.why, [why_text, why_src, why_tgt, why_model, why_steps, why_omit],
+                          [why_info, why_out], api_name="why")
         with gr.Tab("Batch"):
             upload = gr.File(label="sentences (one per line)", type="filepath")
             references = gr.File(label="references (optional)", type="filepath")

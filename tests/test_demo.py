@@ -49,23 +49,73 @@ def test_demo_environment_and_binding(server):
 def test_translate_gives_one_output_per_model_with_right_flags(server):
     from gradio_client import Client
     client = Client(server[0], verbose=False)
-    out = client.predict("Ein Mann fährt Fahrrad.", "de", "fr", False, api_name="/translate")
+    out = client.predict("Ein Mann fährt Fahrrad.", "de", "fr", False, False, api_name="/translate")
     assert len(out) == 4                                        # (output, info) × 2 models
     for hyp, info in (out[0:2], out[2:4]):
         assert "de→fr: zero-shot" in info
         off = detect(hyp, ["en", "cs", "de", "fr"]) != "fr"
         assert ("OFF-TARGET" in info) == off                     # the flag follows the detector
         assert f"lingua: `{Lingua(['en', 'cs', 'de', 'fr']).detect_many([hyp])[0]}`" in info   # and lingua's beside
-    sup = client.predict("A man rides a bike.", "en", "de", False, api_name="/translate")
+    sup = client.predict("A man rides a bike.", "en", "de", False, False, api_name="/translate")
     assert "en→de: supervised" in sup[1]
-    long = client.predict("x" * 301, "de", "fr", False, api_name="/translate")
+    long = client.predict("x" * 301, "de", "fr", False, False, api_name="/translate")
     assert long[0] == "" and "Input too long" in long[1] and "300" in long[1]
+
+
+def test_omitting_the_tag_feeds_the_model_without_it(server, tiny_export):
+    """The Table 8 switch: the demo's output is the Translator's with the tag omitted, the line
+    under it says so, and the input ids really lose the tag."""
+    from gradio_client import Client
+    from cll_scale.translate import Translator
+    t = Translator.load(tiny_export)
+    text = "Ein Mann fährt Fahrrad."
+    assert t.encode(text, "fr", omit_tag=True) == t.encode(text, "fr")[1:]
+    out = Client(server[0], verbose=False).predict(text, "de", "fr", False, True, api_name="/translate")
+    assert out[0] == t.translate([text], "fr", omit_tag=True)[0]
+    assert "language tag omitted" in out[1] and "language tag omitted" in out[3]
+
+
+def why_rows(table: str) -> list[tuple[str, float, float | None]]:
+    import re
+    rows = []
+    for row in re.findall(r'<tr class="why-row">(.*?)</tr>', table):
+        token = re.search(r'<td class="why-token">(.*?)</td>', row).group(1)
+        values = [None if v == "–" else float(v) for v in re.findall(r'<td class="why-value">([^ <]+)', row)]
+        rows.append((token, *values))
+    return rows
+
+
+def test_why_view_gives_each_tokens_ffn_and_lsl_attribution(server, tiny_export):
+    """The "why this language?" view shows, per output token, the FFN's and the LSL's
+    attribution summed over the layers: the numbers of cll_scale.analysis on the same model and
+    steps; the central language (en) has no LSL and says so; bad requests get a message."""
+    from gradio_client import Client
+    from cll_scale.analysis import attribute, prepare
+    from cll_scale.translate import Translator
+    client = Client(server[0], verbose=False)
+    text = "Ein Mann fährt Fahrrad."
+    info, table = client.predict(text, "de", "fr", "fcll", 6, False, api_name="/why")
+    t = Translator.load(tiny_export)
+    expected = attribute(t.model, prepare(t, text, "fr"), n_steps=6, components=("ffn2", "lsl2"))
+    rows = why_rows(table)
+    assert len(rows) == len(expected.example.tgt_pieces)
+    assert [r[1] for r in rows] == pytest.approx(expected.per_token("ffn2"), abs=2e-3)
+    assert [r[2] for r in rows] == pytest.approx(expected.per_token("lsl2"), abs=2e-3)
+    assert expected.example.tgt_text in info and f"{expected.max_abs_delta():.3f}" in info
+    raised = sum(v > 0 for v in expected.per_token("lsl2"))
+    assert f"The LSLs raised {raised} of {len(rows)} tokens" in info
+    _, central = client.predict(text, "de", "en", "fcll", 4, False, api_name="/why")
+    assert all(r[2] is None for r in why_rows(central))
+    info, table = client.predict("x" * 301, "de", "fr", "fcll", 4, False, api_name="/why")
+    assert "Input too long" in info and table == ""
+    with pytest.raises(Exception, match="less than minimum value 2"):     # the slider's own bound
+        client.predict(text, "de", "fr", "fcll", 1, False, api_name="/why")
 
 
 def test_fifty_concurrent_requests_are_all_answered(server):
     from gradio_client import Client
     client = Client(server[0], verbose=False)
-    jobs = [client.submit(f"Ein Hund Nummer {i}.", "de", "en", False, api_name="/translate") for i in range(50)]
+    jobs = [client.submit(f"Ein Hund Nummer {i}.", "de", "en", False, False, api_name="/translate") for i in range(50)]
     results = [job.result(timeout=300) for job in jobs]
     assert len(results) == 50 and all(len(r) == 4 for r in results)
 
@@ -94,8 +144,17 @@ def test_real_browser_translates_and_stays_local(server, tmp_path):
         info = page.locator("#info-fcll").inner_text()
         assert "fr→de" in info or "→de" in info
         page.screenshot(path=str(tmp_path / "demo.png"), full_page=True)
+        # The "why this language?" view: one table row per output token, FFN and LSL numbers.
+        page.get_by_role("tab", name="Why this language?").click()
+        page.get_by_label("sentence to explain").fill("Un homme fait du vélo.")
+        page.get_by_role("button", name="Explain", exact=True).click()
+        page.wait_for_function("document.querySelectorAll('#why-table .why-row').length > 0", timeout=120_000)
+        assert "LSLs raised" in page.locator("#why-info").inner_text()
+        cells = page.locator("#why-table .why-row").first.locator(".why-value").all_inner_texts()
+        assert len([float(c.split()[0]) for c in cells]) == 2          # FFN and LSL (de has one), both numbers
+        page.screenshot(path=str(tmp_path / "why.png"), full_page=True)
         browser.close()
-    assert (tmp_path / "demo.png").stat().st_size > 10_000
+    assert (tmp_path / "demo.png").stat().st_size > 10_000 and (tmp_path / "why.png").stat().st_size > 10_000
     hosts = {r.split("/")[2] for r in requests if r.startswith("http")}
     assert hosts == {server[0].split("/")[2]}, hosts              # nothing outside 127.0.0.1
 
@@ -106,7 +165,7 @@ def test_hostile_text_through_the_demo(server):
     from tests.test_reliability import HOSTILE
     client = Client(server[0], verbose=False)
     for text in HOSTILE:
-        out = client.predict(text, "de", "fr", False, api_name="/translate")
+        out = client.predict(text, "de", "fr", False, False, api_name="/translate")
         assert len(out) == 4 and all(isinstance(x, str) for x in out), repr(text)
         if len(text) > 300:
             assert out[0] == "" and "Input too long" in out[1]

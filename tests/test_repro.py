@@ -415,3 +415,46 @@ def test_study_table_averages_each_settings_seeds(tmp_path):
     (tmp_path / "bad" / "test_2016_flickr.json").write_text(json.dumps({"models": {"baseline": a}}))
     assert main([f"x={tmp_path / 'bad'}", "--splits", "test_2016_flickr"]) == 1
     assert main([f"x={tmp_path / 'absent'}"]) == 1
+
+
+def test_cll_layer_sets_follow_paper_fig4_and_keep_the_variants_encoder():
+    """``--cll-layers sweep``: every layer, then the lowest removed one at a time, then the
+    highest; SD's models keep its residual change, FCLL's have none, and a model without CLL is
+    refused before anything is built."""
+    from cll_scale.repro import cll_layer_sets, layer_sweep
+    assert cll_layer_sets("sweep", 3) == [(1, 2, 3), (2, 3), (3,), (1, 2), (1,)]
+    assert len(cll_layer_sets("sweep", 6)) == 11 and cll_layer_sets("1-2,3", 3) == [(1, 2), (3,)]
+    for bad in ("0", "3-1", "1,1", "4", "x", ""):
+        with pytest.raises(ValueError, match="--cll-layers"):
+            cll_layer_sets(bad, 3)
+    sd = dict(layer_sweep("sd", ROOT / "recipes" / "multi30k_triangle_sd.yaml", [], "2-3"))
+    assert sd == {"sd cll2-3": ["model.variant=custom", "model.cll_layers=[1,2]", "model.residual_sublayer=ffn",
+                                "model.residual_layer=1"]}
+    fcll = dict(layer_sweep("fcll", ROOT / "recipes" / "multi30k_triangle_fcll.yaml", ["preset=tiny"], "sweep"))
+    assert fcll == {"fcll cll1-2": ["model.variant=custom", "model.cll_layers=[0,1]"],
+                    "fcll cll2": ["model.variant=custom", "model.cll_layers=[1]"],
+                    "fcll cll1": ["model.variant=custom", "model.cll_layers=[0]"]}
+    with pytest.raises(ValueError, match="no CLL layer"):
+        layer_sweep("baseline", ROOT / "recipes" / "multi30k_triangle_baseline.yaml", [], "sweep")
+
+
+@pytest.mark.slow
+def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k, tmp_path):
+    args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "fcll",
+            "--cll-layers", "sweep", "--steps-per-model", "4", "--multi30k", str(multi30k),
+            "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
+            "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr", "--max-sentences", "3",
+            "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
+            "--set", "train.valid_every=1000", "--set", "train.ds_config=cpu_fp32.json"]
+    done = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = (tmp_path / "results" / "triangle-cll-layers.md").read_text()
+    evaluated = json.loads((tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr.json").read_text())
+    # each model has CLL in its own layers (1-based in the report), and the figure exists
+    assert {n: m["cll_layers"] for n, m in evaluated["models"].items()} == \
+        {"fcll cll1-2": [1, 2], "fcll cll2": [2], "fcll cll1": [1]}
+    for name, layers in (("cll1-2", [0, 1]), ("cll2", [1]), ("cll1", [0])):
+        config = json.loads((tmp_path / "runs" / f"multi30k-triangle-fcll-{name}" / "config.json").read_text())
+        assert config["model"]["cll_layers"] == layers and config["model"]["variant"] == "custom"
+    assert "| fcll cll2 |" in report and "test_2016_flickr_cll_layers.png" in report
+    assert (tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr_cll_layers.png").stat().st_size > 1000
