@@ -39,7 +39,7 @@ setup(
             "cll-train=cll_scale.train:main",
             "cll-translate=cll_scale.translate:main",
             "cll-eval=cll_scale.evaluate:main",
-            "cll-repro=cll_scale.repro:main",
+            "cll-repro=cll_scale.repro.cli:main",
             "cll-bt=cll_scale.backtranslate:main",
             "cll-extend=cll_scale.extend:main",
             "cll-analyze=cll_scale.analyze:main",

@@ -15,7 +15,8 @@ Parts (each interleaves its contenders step by step and compares medians):
               (targets ≥ 60% and ≥ 70%), and bf16's speed-up over fp32.
 * ``ranks``   2 ranks × 1 thread ÷ 1 rank × 1 thread tokens/s through cll-train and DeepSpeed
               (target ≥ 1.8).
-On CUDA ``mfu`` reports tokens/s and MFU in bf16 against --peak-tflops (H200: ~790 dense bf16).
+On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
+(``cll_scale.precision.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from cll_scale.config import PRESETS, ModelConfig  # noqa: E402
 from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
+from cll_scale.precision import peak_bf16_tflops  # noqa: E402
 
 LANGS16 = ["en", "de", "fr", "cs", "es", "it", "nl", "pt", "ro", "ru", "pl", "sv", "fi", "hu", "el", "tr", "bg"]
 
@@ -204,6 +206,17 @@ def part_marian(args, device):
     return rows
 
 
+def gpu_peak(args) -> float:
+    """TFLOP/s the GPU's MFU is measured against: --peak-tflops, else the datasheet table's."""
+    name = torch.cuda.get_device_name()
+    peak = args.peak_tflops or peak_bf16_tflops(name)
+    if peak is None:
+        raise SystemExit(f"no dense bf16 peak known for {name!r}; pass --peak-tflops")
+    print(f"MFU against {peak:g} TFLOP/s dense bf16 ({name}"
+          f"{', --peak-tflops' if args.peak_tflops else ', datasheet'})", flush=True)
+    return peak
+
+
 def part_mfu(args, device):
     rows = []
     presets = [args.preset] if device.type == "cuda" else ["small", "base"]
@@ -219,7 +232,7 @@ def part_mfu(args, device):
             meds = interleave({"step": lambda i: our_step(model, opt, batch), "peak": probe}, args.steps, device)
             med = meds["step"]
             flops = step_flops(model.cfg, b, s, t)
-            peak = args.peak_tflops * 1e12 if device.type == "cuda" else probe_flops / meds["peak"]
+            peak = gpu_peak(args) * 1e12 if device.type == "cuda" else probe_flops / meds["peak"]
             per_dtype[dtype] = med
             rows.append({"preset": preset, "dtype": str(dtype).split(".")[-1], "tok_s": b * t / med,
                          "achieved_gflops": flops / med / 1e9, "peak_gflops": peak / 1e9,
@@ -267,7 +280,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rank-steps", type=int, default=40)
     p.add_argument("--shards", default=str(ROOT / "data" / "shards" / "multi30k-centered"))
-    p.add_argument("--peak-tflops", type=float, default=790.0, help="GPU dense bf16 peak for MFU")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="GPU dense bf16 peak for MFU (default: the datasheet figure of the device, by name)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
     device = torch.device(args.device)

@@ -33,7 +33,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from cll_scale.engine import free_port  # noqa: E402
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -426,12 +427,6 @@ LABELS = {
 
 # ---------------------------------------------------------------------------------------------
 # Training at the smallest scale
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def losses(run_dir: Path) -> dict[int, dict]:
     path = run_dir / "metrics.jsonl"

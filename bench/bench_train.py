@@ -42,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale import engine as ds  # noqa: E402
+from cll_scale import precision  # noqa: E402
 from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
-from cll_scale.train import Trainer  # noqa: E402
+from cll_scale.trainer import Trainer  # noqa: E402
 
 
 class Recorder:
@@ -134,8 +135,8 @@ def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | 
 
 def base_config(args, device) -> dict:
     name = ("gpu_bf16.json" if device.type == "cuda" else
-            "cpu_bf16.json" if ds.cpu_bf16_speedup() > 1.1 else "cpu_fp32.json")
-    return json.loads((ds.DS_CONFIGS / name).read_text()), name
+            "cpu_bf16.json" if precision.cpu_bf16_speedup() > 1.1 else "cpu_fp32.json")
+    return json.loads((precision.DS_CONFIGS / name).read_text()), name
 
 
 def variants(args, device) -> list[tuple[str, dict, float | None]]:
@@ -163,7 +164,7 @@ def variants(args, device) -> list[tuple[str, dict, float | None]]:
         rows.append(("+ DeepSpeed's overflow check (host sync)", overflow, None))
     if device.type == "cpu":
         other = "cpu_fp32.json" if bf16 else "cpu_bf16.json"
-        rows.append((other, json.loads((ds.DS_CONFIGS / other).read_text()), None))
+        rows.append((other, json.loads((precision.DS_CONFIGS / other).read_text()), None))
     return rows
 
 

@@ -31,12 +31,13 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale import finetune
+from cll_scale.checkpointer import has_checkpoints
 from cll_scale.decoding import DecodeConfig
 from cll_scale.finetune import FineTuneSettings, before_after, fine_tuning_recipe, open_output
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, json_text, write_atomic
-from cll_scale.train import Trainer, set_threads
+from cll_scale.trainer import Trainer, set_threads
 from cll_scale.translate import TranslateConfig, Translator
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
@@ -199,7 +200,7 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
     run = Path(cfg.out) / "run"
     recipe = fine_tuning_recipe(cfg, epoch_data, run, init_from=cfg.model, new_data=True, max_epochs=1.0,
                                 lr=cfg.lr, warmup_steps=cfg.warmup_steps, best_metric="")
-    Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
+    Trainer(recipe, resume=has_checkpoints(run / "checkpoints")).train()
 
 
 def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:

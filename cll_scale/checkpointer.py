@@ -1,8 +1,12 @@
-"""A run's checkpoints and exports: save, restore, export, and the model chosen on validation.
+"""A run's checkpoints and exports: the commit protocol, integrity, retention, restore, export,
+and the model chosen on validation.
 
-``checkpoints/`` holds DeepSpeed checkpoints (every rank writes its ZeRO shard; ``latest`` is
-the commit point), ``export/`` and ``export-best/`` what inference loads. DeepSpeed is reached
-only through :mod:`cll_scale.engine`.
+``checkpoints/`` holds DeepSpeed checkpoints: every rank writes its ZeRO shard of ``step<N>/``,
+then rank 0 lists the files with their sizes in ``step<N>/cll_meta.json`` and rewrites
+``latest`` atomically, the commit point. A save interrupted at any moment leaves ``latest`` at
+the previous, complete checkpoint; a resume checks the files against the list and falls back to
+the newest complete checkpoint. ``export/`` and ``export-best/`` are what inference loads.
+DeepSpeed is reached only through :mod:`cll_scale.engine`.
 """
 from __future__ import annotations
 
@@ -15,8 +19,10 @@ from pathlib import Path
 import torch
 
 from cll_scale import engine as ds
+from cll_scale import faults
+from cll_scale.cli import EXIT_FILES
 from cll_scale.export import write_export
-from cll_scale.outputs import write_atomic
+from cll_scale.outputs import json_text, write_atomic
 
 BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (TrainConfig.best_metric)
 
@@ -30,6 +36,7 @@ def chosen_export(run_dir: str | os.PathLike) -> Path:
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written; the previous one is untouched."""
+    exit_code = EXIT_FILES
 
 
 def git_commit() -> str:
@@ -42,6 +49,76 @@ def git_commit() -> str:
         return "unknown"
 
 
+def tag_for(step: int) -> str:
+    return f"step{step:08d}"
+
+
+META = "cll_meta.json"
+
+
+def latest_tag(ckpt_dir: Path) -> str | None:
+    """The tag ``latest`` names (it may be missing or damaged: see :func:`resumable_tag`)."""
+    latest = ckpt_dir / "latest"
+    return latest.read_text().strip() if latest.is_file() else None
+
+
+def has_checkpoints(ckpt_dir: Path) -> bool:
+    return (ckpt_dir / "latest").is_file() or any(p.is_dir() for p in ckpt_dir.glob("step*"))
+
+
+def checkpoint_problem(ckpt_dir: Path, tag: str) -> str | None:
+    """None if ``tag`` is complete: its files are all there at the sizes recorded when it was
+    committed. Otherwise what is wrong."""
+    d = ckpt_dir / tag
+    if not d.is_dir():
+        return "missing"
+    try:
+        meta = json.loads((d / META).read_text())
+    except (OSError, ValueError):
+        return f"no readable {META} (never committed)"
+    files = meta.get("files")
+    if files is None:       # written before sizes were recorded: the files DeepSpeed must have
+        optim = len(list(d.glob("*optim_states.pt")))
+        model = any(d.glob("*model_states.pt"))
+        return None if model and optim == meta.get("world_size") else "model or optimizer states missing"
+    for name, size in files.items():
+        f = d / name
+        if not f.is_file():
+            return f"{name} missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {size} when it was written"
+    return None
+
+
+def resumable_tag(ckpt_dir: Path) -> tuple[str | None, str]:
+    """The checkpoint to resume from: the one ``latest`` names if it is complete, else the newest
+    complete one, with a warning naming both. No complete checkpoint at all is an error."""
+    named = latest_tag(ckpt_dir)
+    problem = checkpoint_problem(ckpt_dir, named) if named else "no latest file"
+    if named and problem is None:
+        return named, ""
+    tags = sorted((p.name for p in ckpt_dir.glob("step*") if p.is_dir() and not p.name.endswith("_universal")),
+                  reverse=True)
+    problems = {t: problem if t == named else checkpoint_problem(ckpt_dir, t) for t in tags}
+    good = [t for t in tags if problems[t] is None]
+    if good:
+        return good[0], (f"{ckpt_dir / 'latest'} names {named} ({problem}); resuming from {good[0]}, "
+                         f"the newest complete checkpoint" if named else
+                         f"{ckpt_dir} has no latest file; resuming from {good[0]}, the newest complete checkpoint")
+    if not tags and not named:
+        return None, ""
+    listing = "; ".join(f"{t}: {why}" for t, why in problems.items()) or "no step directory"
+    raise ValueError(f"{ckpt_dir}: no complete checkpoint to resume from (latest names {named or 'nothing'}"
+                     f"{f', {problem}' if named else ''}; {listing})")
+
+
+def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
+    meta = ckpt_dir / tag / META
+    if meta.is_file():
+        return json.loads(meta.read_text())["world_size"]
+    return len(list((ckpt_dir / tag).glob("*optim_states.pt")))
+
+
 class Checkpointer:
     def __init__(self, run_dir: Path, every: int, keep_last: int, rank: int):
         self.run_dir, self.every, self.keep_last, self.rank = run_dir, every, keep_last, rank
@@ -52,20 +129,20 @@ class Checkpointer:
         return step % self.every == 0
 
     def latest(self) -> str | None:
-        return ds.latest_tag(self.dir)
+        return latest_tag(self.dir)
 
     def exists(self) -> bool:
-        return ds.has_checkpoints(self.dir)
+        return has_checkpoints(self.dir)
 
     def resumable_tag(self, world: int, log) -> tuple[str | None, bool]:
         """The newest complete checkpoint (``latest`` unless it is missing or damaged, which is
         logged), converted to a universal checkpoint when the world size changed; returns
         (tag, universal)."""
-        tag, warning = ds.resumable_tag(self.dir)
+        tag, warning = resumable_tag(self.dir)
         if warning:
             log(f"warning: {warning}")
             self._set_aside_newer_than(tag, log)
-        universal = bool(tag) and ds.checkpoint_world_size(self.dir, tag) != world
+        universal = bool(tag) and checkpoint_world_size(self.dir, tag) != world
         if universal:
             tag = ds.convert_to_universal(self.dir, tag)
         return tag, universal
@@ -86,16 +163,20 @@ class Checkpointer:
             write_atomic(self.dir / "latest", tag)
         ds.barrier()
 
-    def save(self, engine, step: int, client_state, fault: str = "") -> str:
+    def save(self, engine, step: int, client_state) -> str:
         """Save ``step`` on every rank (``client_state()`` is called only when a save happens)."""
         if self._saved[0] == step:            # validation already saved this step
             return self._saved[1]
-        if self.latest() == ds.tag_for(step):  # resumed with the budget spent: never rewrite the latest
-            return ds.tag_for(step)
+        tag = tag_for(step)
+        if self.latest() == tag:              # resumed with the budget spent: never rewrite the latest
+            return tag
         state = client_state()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            tag = ds.save_checkpoint(engine, self.dir, step, state, self.keep_last, fault)
+            ds.save_checkpoint(engine, self.dir, tag, state)
+            if self.rank == 0:
+                self._commit(step, tag)
+            ds.barrier()
         except (OSError, RuntimeError) as err:   # disk full, quota, unwritable directory (torch.save
             # reports a failed write as a RuntimeError from its zip writer)
             previous = self.latest()
@@ -104,6 +185,27 @@ class Checkpointer:
                                      f"from it" if previous else "no earlier checkpoint exists")) from None
         self._saved = (step, tag)
         return tag
+
+    def _commit(self, step: int, tag: str) -> None:
+        """Rank 0, once every rank has written ``tag``: list what it holds (so that a resume can
+        tell a complete checkpoint from a damaged one; checkpoints live on a file system every
+        rank shares), point ``latest`` at it, then keep the newest ``keep_last`` complete
+        checkpoints (the new one among them); incomplete leftovers older than it go too."""
+        files = {str(f.relative_to(self.dir / tag)): f.stat().st_size
+                 for f in sorted((self.dir / tag).rglob("*")) if f.is_file() and f.name != META}
+        write_atomic(self.dir / tag / META, json_text(
+            {"step": step, "world_size": torch.distributed.get_world_size(), "files": files}))
+        if faults.hit("crash_in_save", step):     # the files written, the commit not
+            faults.crash()
+        write_atomic(self.dir / "latest", tag)
+        older = sorted((p.name for p in self.dir.glob("step*")
+                        if p.is_dir() and not p.name.endswith("_universal") and p.name < tag), reverse=True)
+        complete = [t for t in older if checkpoint_problem(self.dir, t) is None]
+        kept = set(complete[:self.keep_last - 1])
+        for old in older:
+            if old not in kept:
+                shutil.rmtree(self.dir / old, ignore_errors=True)
+                shutil.rmtree(self.dir / f"{old}_universal", ignore_errors=True)
 
     def restore(self, engine, tag: str) -> dict:
         return ds.load_checkpoint(engine, self.dir, tag)

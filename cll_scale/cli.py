@@ -59,7 +59,7 @@ def exit_code(err: BaseException) -> int | None:
         return EXIT_DIVERGED
     if isinstance(err, FileExistsError):       # an existing output: the user decides
         return EXIT_INPUT
-    if isinstance(err, OSError) or type(err).__name__ == "CheckpointError":
+    if isinstance(err, OSError):               # (a failed checkpoint save says EXIT_FILES itself)
         return EXIT_FILES
     if isinstance(err, ValueError):            # ManifestError, ExportError, LanguageError, CorpusError…
         return EXIT_INPUT

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.outputs import OutputError, json_text, write_atomic
+from cll_scale.outputs import OutputError
+from cll_scale.precision import resolve_ds_config
 
-ROOT = Path(__file__).resolve().parents[1]
-DS_CONFIGS = ROOT / "ds_configs"
 _HOST_GROUP = None     # a gloo group for host numbers when the training group is NCCL
 
 
@@ -89,84 +88,6 @@ def device() -> torch.device:
     return torch.device(get_accelerator().current_device_name())
 
 
-def cpu_model_and_flags() -> tuple[str, str]:
-    """This CPU's model name, and which of the instruction sets that decide bf16's speed it has
-    (avx512_bf16, amx_bf16, avx512f; space-separated, empty for none). Two machines that both call
-    themselves "AMD EPYC" can differ threefold in a `small` step on that alone."""
-    import platform
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor(), ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                 platform.processor())
-    return model, " ".join(sorted({f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f in info.split()}))
-
-
-def cpu_bf16_speedup(threads: int | None = None) -> float:
-    """bf16 ÷ fp32 matmul throughput on this CPU (> 1: bf16 is faster), cached per CPU model,
-    instruction set, torch version and thread count. Without avx512_bf16 or AMX, bf16 is emulated
-    and was measured here at a quarter of fp32's speed (with avx512f) and at 0.02x (an AMD EPYC
-    without AVX-512); with avx512_bf16, at about twice."""
-    import hashlib
-    import time
-    threads = threads or torch.get_num_threads()
-    model, flags = cpu_model_and_flags()
-    key = hashlib.sha256(f"{model}|{flags}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cll-scale" / f"cpu-bf16-{key}.json"
-    try:
-        return float(json.loads(cache.read_text())["speedup"])
-    except (OSError, ValueError, KeyError):
-        pass
-    a = torch.randn(512, 1024)
-    b = torch.randn(1024, 1024)
-
-    def best(dtype) -> float:
-        x, y = a.to(dtype), b.to(dtype)
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            torch.mm(x, y)
-            times.append(time.perf_counter() - t)
-        return min(times[1:])
-    speedup = best(torch.float32) / best(torch.bfloat16)
-    try:
-        write_atomic(cache, json_text({"speedup": speedup, "cpu": model, "flags": flags, "threads": threads}))
-    except OSError:
-        pass
-    return speedup
-
-
-def default_ds_config() -> tuple[Path, str]:
-    """The engine settings ``auto`` stands for, and why: bf16 on a GPU; on a CPU bf16 only where
-    a short matmul probe finds it faster than fp32."""
-    if torch.cuda.is_available():
-        return DS_CONFIGS / "gpu_bf16.json", "a CUDA device is present"
-    speedup = cpu_bf16_speedup()
-    faster = speedup > 1.1
-    if torch.distributed.is_initialized():     # every rank must run the same engine settings
-        faster = host_all_reduce([float(faster)], "min")[0] > 0
-    name = "cpu_bf16.json" if faster else "cpu_fp32.json"
-    return DS_CONFIGS / name, (f"bf16 matmuls run {speedup:.2f}x as fast as fp32 on this CPU"
-                               + ("" if faster == (speedup > 1.1) else "; not on every rank's"))
-
-
-def resolve_ds_config(path: str | Path) -> tuple[Path, str]:
-    """The engine settings file a ``train.ds_config`` value names (a path, or a name in
-    ``ds_configs/``), and why; ``auto``: :func:`default_ds_config`'s choice for this machine."""
-    if str(path) == "auto":
-        return default_ds_config()
-    path = Path(path)
-    if not path.is_file() and (DS_CONFIGS / path).is_file():
-        path = DS_CONFIGS / path
-    return path, "named by the recipe"
-
-
-def precision(cfg: dict) -> str:
-    """The precision engine settings train in: bf16, fp16 or fp32."""
-    return next((p for p in ("bf16", "fp16") if cfg.get(p, {}).get("enabled")), "fp32")
-
-
 def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | Path,
                    load_universal: bool = False) -> dict:
     """Engine settings from ``ds_configs/*.json`` plus the training settings that belong to
@@ -176,7 +97,7 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
     the global batch is then ``1 × grad_accum × world_size`` microbatches, checked here.
     """
     auto = str(path) == "auto"
-    path, why = resolve_ds_config(path)
+    path, why = resolve_ds_config(path, agree=ranks_agree if torch.distributed.is_initialized() else None)
     if auto and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
         print(f"[cll-scale] ds_config auto: {path.name} ({why})", file=sys.stderr, flush=True)
     cfg = json.loads(path.read_text())
@@ -234,110 +155,13 @@ def monitor_events(engine, events: list[tuple[str, float, int]]) -> None:
         engine.monitor.write_events(events)
 
 
-# -- checkpoints ---------------------------------------------------------------------------------
+# -- checkpoints (DeepSpeed's save and load; the commit protocol is cll_scale.checkpointer's) -----
 
-def save_checkpoint(engine, ckpt_dir: Path, step: int, client_state: dict, keep_last: int,
-                    fault: str = "") -> str:
-    """Save on every rank (ZeRO shards the optimizer), then point ``latest`` at the new tag.
-
-    ``latest`` is our commit point: rank 0 rewrites it atomically only after every rank has
-    finished writing, so a save interrupted at any moment leaves ``latest`` at the previous,
-    complete checkpoint. Then only the last ``keep_last`` tags are kept."""
-    tag = tag_for(step)
+def save_checkpoint(engine, ckpt_dir: Path, tag: str, client_state: dict) -> None:
+    """Every rank writes its part of ``tag`` (ZeRO shards the optimizer); DeepSpeed's own
+    ``latest`` is not written: :class:`cll_scale.checkpointer.Checkpointer` commits."""
     engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
     torch.distributed.barrier()
-    if engine.global_rank == 0:
-        # What the checkpoint holds, so that a resume can tell a complete one from a damaged one
-        # (every rank's files are visible here: checkpoints live on a shared file system).
-        files = {str(f.relative_to(ckpt_dir / tag)): f.stat().st_size
-                 for f in sorted((ckpt_dir / tag).rglob("*")) if f.is_file() and f.name != META}
-        write_atomic(ckpt_dir / tag / META, json_text(
-            {"step": step, "world_size": torch.distributed.get_world_size(), "files": files}))
-        if fault == "crash_in_save":      # test hook: die with the files written, before the commit
-            os._exit(137)
-        write_atomic(ckpt_dir / "latest", tag)
-        # Keep the newest keep_last complete checkpoints (the one just written among them);
-        # incomplete leftovers older than it go too.
-        older = sorted((p.name for p in ckpt_dir.glob("step*")
-                        if p.is_dir() and not p.name.endswith("_universal") and p.name < tag), reverse=True)
-        complete = [t for t in older if checkpoint_problem(ckpt_dir, t) is None]
-        kept = set(complete[:keep_last - 1])
-        for old in older:
-            if old not in kept:
-                shutil.rmtree(ckpt_dir / old, ignore_errors=True)
-                shutil.rmtree(ckpt_dir / f"{old}_universal", ignore_errors=True)
-    torch.distributed.barrier()
-    return tag
-
-
-def tag_for(step: int) -> str:
-    return f"step{step:08d}"
-
-
-META = "cll_meta.json"
-
-
-def latest_tag(ckpt_dir: Path) -> str | None:
-    """The tag ``latest`` names (it may be missing or damaged: see :func:`resumable_tag`)."""
-    latest = ckpt_dir / "latest"
-    return latest.read_text().strip() if latest.is_file() else None
-
-
-def has_checkpoints(ckpt_dir: Path) -> bool:
-    return (ckpt_dir / "latest").is_file() or any(p.is_dir() for p in ckpt_dir.glob("step*"))
-
-
-def checkpoint_problem(ckpt_dir: Path, tag: str) -> str | None:
-    """None if ``tag`` is complete: its files are all there at the sizes recorded when it was
-    committed. Otherwise what is wrong."""
-    d = ckpt_dir / tag
-    if not d.is_dir():
-        return "missing"
-    try:
-        meta = json.loads((d / META).read_text())
-    except (OSError, ValueError):
-        return f"no readable {META} (never committed)"
-    files = meta.get("files")
-    if files is None:       # written before sizes were recorded: the files DeepSpeed must have
-        optim = len(list(d.glob("*optim_states.pt")))
-        model = any(d.glob("*model_states.pt"))
-        return None if model and optim == meta.get("world_size") else "model or optimizer states missing"
-    for name, size in files.items():
-        f = d / name
-        if not f.is_file():
-            return f"{name} missing"
-        if f.stat().st_size != size:
-            return f"{name} has {f.stat().st_size} bytes, {size} when it was written"
-    return None
-
-
-def resumable_tag(ckpt_dir: Path) -> tuple[str | None, str]:
-    """The checkpoint to resume from: the one ``latest`` names if it is complete, else the newest
-    complete one, with a warning naming both. No complete checkpoint at all is an error."""
-    named = latest_tag(ckpt_dir)
-    problem = checkpoint_problem(ckpt_dir, named) if named else "no latest file"
-    if named and problem is None:
-        return named, ""
-    tags = sorted((p.name for p in ckpt_dir.glob("step*") if p.is_dir() and not p.name.endswith("_universal")),
-                  reverse=True)
-    problems = {t: problem if t == named else checkpoint_problem(ckpt_dir, t) for t in tags}
-    good = [t for t in tags if problems[t] is None]
-    if good:
-        return good[0], (f"{ckpt_dir / 'latest'} names {named} ({problem}); resuming from {good[0]}, "
-                         f"the newest complete checkpoint" if named else
-                         f"{ckpt_dir} has no latest file; resuming from {good[0]}, the newest complete checkpoint")
-    if not tags and not named:
-        return None, ""
-    listing = "; ".join(f"{t}: {why}" for t, why in problems.items()) or "no step directory"
-    raise ValueError(f"{ckpt_dir}: no complete checkpoint to resume from (latest names {named or 'nothing'}"
-                     f"{f', {problem}' if named else ''}; {listing})")
-
-
-def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
-    meta = ckpt_dir / tag / META
-    if meta.is_file():
-        return json.loads(meta.read_text())["world_size"]
-    return len(list((ckpt_dir / tag).glob("*optim_states.pt")))
 
 
 def convert_to_universal(ckpt_dir: Path, tag: str) -> str:
@@ -399,6 +223,12 @@ def on_rank0(fn, what: str):
     if host_all_reduce([float(error is not None)])[0]:
         raise error or OutputError(f"{what}: refused on rank 0 (see its message)")
     return result
+
+
+def ranks_agree(flag: bool) -> bool:
+    """True on every rank when ``flag`` is true on every rank (engine settings must be the same
+    on all of them)."""
+    return host_all_reduce([float(flag)], "min")[0] > 0
 
 
 def barrier() -> None:

@@ -21,7 +21,6 @@ a small process pool (``--lid-workers``) while the next direction decodes.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import re
@@ -354,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", help="e.g. test_2016_flickr, valid, test")
     p.add_argument("--directions", help="comma-separated subset, e.g. de-fr,fr-de")
     p.add_argument("--out", required=True, help="directory for results.json / results.md / PNGs")
-    p.add_argument("--beam", type=positive_int, default=4)
+    p.add_argument("--beam", type=positive_int, default=DecodeConfig.beam)
     p.add_argument("--max-sentences", type=non_negative_int, default=0,
                    help="evaluate only the first N of each direction (0: all)")
     p.add_argument("--ablate-lsl", action="store_true", help="also evaluate with the LSLs switched off (Tables 9-10)")

@@ -36,7 +36,7 @@ import torch
 
 from cll_scale import engine as ds
 from cll_scale import finetune
-from cll_scale.checkpointer import chosen_export
+from cll_scale.checkpointer import chosen_export, has_checkpoints
 from cll_scale.cli import csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import export_lang_tag, load_export, write_export
@@ -46,7 +46,7 @@ from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
 from cll_scale.outputs import atomic_dir, json_text, write_atomic
-from cll_scale.train import Trainer, set_threads
+from cll_scale.trainer import Trainer, set_threads
 
 @dataclass
 class ExtendConfig(FineTuneSettings):
@@ -251,7 +251,7 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
     recipe = fine_tuning_recipe(cfg, data, run, init_from=str(init), freeze=frozen, lr=sched["lr"],
                                 warmup_steps=sched["warmup_steps"], schedule_offset=sched["step"],
                                 max_steps=cfg.max_steps)
-    Trainer(recipe, resume=ds.has_checkpoints(run / "checkpoints")).train()
+    Trainer(recipe, resume=has_checkpoints(run / "checkpoints")).train()
     return chosen_export(run)
 
 

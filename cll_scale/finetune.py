@@ -20,7 +20,7 @@ from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_repor
 from cll_scale.export import export_lang_tag
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_apart, check_owner, json_text, write_atomic
-from cll_scale.train import Interrupted
+from cll_scale.trainer import Interrupted
 from cll_scale.translate import TranslateConfig, Translator
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
@@ -186,7 +186,7 @@ class FineTuneSettings:
         "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
     eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
                                                                  "(0: all)"})
-    eval_beam: int = field(default=4, metadata={"help": "beam of the before/after evaluation"})
+    eval_beam: int = field(default=DecodeConfig.beam, metadata={"help": "beam of the before/after evaluation"})
     seed: int = field(default=1, metadata={"help": "seed of everything the command draws (sampling, noise, "
                                                    "data order, training)", "type": non_negative_int})
 

@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cll_scale import faults
+
 # Files we create are readable by the group and others, as `open()` would make them under the
 # usual umask; mkstemp's private 0600 is not what a shared run directory needs.
 FILE_MODE = 0o666
@@ -245,8 +247,8 @@ def atomic_dir(out: Path, replace: bool = False):
             raise appeared
         if out.exists():
             exchange(tmp, out)        # ``out`` is whole at every instant: the old, then the new
-            if os.environ.get("CLL_FAULT") == "kill_at_swap":   # test hook: die before the clean-up
-                os._exit(137)
+            if faults.hit("kill_at_swap"):       # the exchange done, the clean-up not
+                faults.crash()
         else:
             try:
                 os.rename(tmp, out)       # fails on a directory that appeared since the check above

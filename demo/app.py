@@ -86,7 +86,7 @@ class Demo:
             raise ValueError(f"max_chars must be >= 1, not {max_chars}: every request would be refused")
         from cll_scale.decoding import DecodeConfig
         from cll_scale.translate import TranslateConfig
-        self.translators = {name: Translator.load(path, device, TranslateConfig(DecodeConfig(beam=4)))
+        self.translators = {name: Translator.load(path, device, TranslateConfig(DecodeConfig()))
                             for name, path in models.items()}
         self.max_chars = max_chars
         langs: list[str] = []

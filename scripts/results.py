@@ -33,8 +33,11 @@ from cll_scale.evaluate import markdown  # noqa: E402
 from cll_scale.scoring import DirectionResult, averages  # noqa: E402
 from cll_scale.outputs import write_atomic  # noqa: E402
 from cll_scale.checkpointer import chosen_export  # noqa: E402
-from cll_scale.repro import hardware, plot_links, train  # noqa: E402
-from cll_scale.train import frozen_names  # noqa: E402
+from cll_scale.precision import hardware  # noqa: E402
+from cll_scale.repro.plan import Budget  # noqa: E402
+from cll_scale.repro.report import plot_links  # noqa: E402
+from cll_scale.repro.scheduler import train  # noqa: E402
+from cll_scale.trainer import frozen_names  # noqa: E402
 
 PY = sys.executable
 
@@ -135,7 +138,7 @@ def extension(args) -> None:
     if not (shards / "manifest.json").exists():
         sh([PY, "-m", "data_tools", "build", "--input", args.multi30k, "--condition", "centered",
             "--langs", "en,de,fr", "--out", str(shards)])
-    budget = {"steps": args.ext_pretrain_steps, "minutes": 0.0}
+    budget = Budget(steps=args.ext_pretrain_steps)
     parts = {}
     for variant in ("baseline", "sd", "fcll"):
         run = args.root / "runs" / f"multi30k-en-de-fr-{variant}"

@@ -8,7 +8,8 @@ import sys
 import torch
 
 from cll_scale import engine as ds
-from cll_scale.train import Trainer, build_parser, recipe_from_args
+from cll_scale.train import build_parser, recipe_from_args
+from cll_scale.trainer import Trainer
 
 
 def split_report(argv=None) -> tuple[str, list[str]]:

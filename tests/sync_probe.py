@@ -13,7 +13,8 @@ import traceback
 import torch
 
 from cll_scale import train as train_mod
-from cll_scale.train import Trainer, build_parser, recipe_from_args
+from cll_scale.train import build_parser, recipe_from_args
+from cll_scale.trainer import Trainer
 from tests.ds_probe import split_report
 
 COUNTS: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)

@@ -1,23 +1,17 @@
 """The Gradio demo, driven through gradio_client and a real headless Chromium."""
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cll_scale.engine import free_port
 from cll_scale.langid import Lingua, detect
 from tests.conftest import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +112,8 @@ def test_fifty_concurrent_requests_are_all_answered(server):
     jobs = [client.submit(f"Ein Hund Nummer {i}.", "de", "en", False, False, api_name="/translate") for i in range(50)]
     results = [job.result(timeout=300) for job in jobs]
     assert len(results) == 50 and all(len(r) == 4 for r in results)
+    for r in results:                 # each request got both models' translations and their lines
+        assert r[0].strip() and r[2].strip() and "de→en" in r[1] and "de→en" in r[3], r
 
 
 def test_real_browser_translates_and_stays_local(server, tmp_path):
@@ -170,7 +166,9 @@ def test_hostile_text_through_the_demo(server):
         if len(text) > 300:
             assert out[0] == "" and "Input too long" in out[1]
         elif not text.strip():
-            assert out[0] == "" and out[2] == ""
+            assert out[0] == "" and out[2] == "" and "(empty output)" in out[1]
+        else:                         # an answer line under each model, whatever it wrote
+            assert "de→fr" in out[1] and "de→fr" in out[3], (repr(text), out)
 
 
 def test_listens_on_loopback_only_by_default(server):

@@ -185,10 +185,12 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     """A record (a finished run without its weights) replaces a missing run directory only when the
     recipe's bytes, the overrides and the budget are those it was trained with, and never a run
     directory that exists here."""
-    from cll_scale.repro import finished, training_identity, use_records, write_record, write_report
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.records import finished, training_identity, use_records, write_record
+    from cll_scale.repro.report import write_report
     recipe = tmp_path / "multi30k_triangle_fcll.yaml"
     recipe.write_text("preset: tiny\n")
-    budget = {"steps": 10, "minutes": 0.0}
+    budget = Budget(steps=10)
     run = tmp_path / "runs" / "multi30k-triangle-fcll-seed1"
     (run / "export").mkdir(parents=True)
     (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "epoch": 0.1, "elapsed_s": 5.0}) + "\n")
@@ -211,7 +213,7 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     assert use_records(gone, {"fcll seed1": identity}, records, budget) == {"fcll seed1": records / run.name}
     other = training_identity(recipe, ["train.seed=1", "train.lr=1e-4"], budget)
     assert use_records(gone, {"fcll seed1": other}, records, budget) == gone
-    longer = {"steps": 20, "minutes": 0.0}
+    longer = Budget(steps=20)
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], longer)}, records, longer) == gone
     recipe.write_text("preset: small\n")                  # the recipe changed since
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
@@ -228,9 +230,11 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     machine would train in fp32 is refused, with each precision's models named, and so is a run
     begun in one precision and resumed in another; --allow-mixed-precision lets it go on, and the
     report names each model's precision."""
-    from cll_scale.engine import default_ds_config, precision
-    from cll_scale.repro import (check_one_precision, hardware, planned_precision, trained_precision,
-                                 write_report)
+    from cll_scale.precision import default_ds_config, precision
+    from cll_scale.precision import hardware, planned_precision, trained_precision
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.records import check_one_precision
+    from cll_scale.repro.report import write_report
     recipe = tmp_path / "multi30k_triangle_fcll.yaml"
     recipe.write_text("preset: tiny\ntrain:\n  ds_config: cpu_fp32.json\n")
     assert planned_precision(recipe, [])[0] == "fp32"
@@ -238,7 +242,7 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     auto = tmp_path / "multi30k_triangle_baseline.yaml"
     auto.write_text("preset: tiny\n")                      # auto: what this machine's probe picks
     assert planned_precision(auto, [])[0] == precision(json.loads(default_ds_config()[0].read_text()))
-    budget = {"steps": 10, "minutes": 0.0}
+    budget = Budget(steps=10)
     seed1, seed2 = tmp_path / "runs" / "fcll-seed1", tmp_path / "runs" / "fcll-seed2"
     (seed1 / "export").mkdir(parents=True)
     (seed1 / "ds_config.json").write_text(json.dumps({"bf16": {"enabled": True}}))
@@ -268,7 +272,7 @@ def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
     """train_all calls done(name) as each training ends well (cll-repro evaluates and records the
     model then, so a sitting cut short keeps the finished ones), after the freed slot took the next
     training, and while the longer one still runs."""
-    from cll_scale.repro import StepFailed, train_all
+    from cll_scale.repro.scheduler import StepFailed, train_all
 
     def job(name, seconds, code=0):
         mark = str(tmp_path / name)
@@ -301,7 +305,7 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
     recipe resolves to what its family promises."""
     from cll_scale.config import build_configs, load_recipe
     from cll_scale.manifest import TokenizerInfo
-    from cll_scale.repro import SETTINGS, recipe_files, settings_suffix
+    from cll_scale.repro.plan import SETTINGS, recipe_files, settings_suffix
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
     for settings in ("small", "paper", "paper_small"):
         found = recipe_files(ROOT / "recipes", "triangle", settings)
@@ -325,7 +329,7 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
     it means the same whatever the defaults become, and differs from the controls only in them."""
     from cll_scale.config import build_configs, load_recipe
     from cll_scale.manifest import TokenizerInfo
-    from cll_scale.repro import SETTINGS, recipe_files
+    from cll_scale.repro.plan import SETTINGS, recipe_files
     assert "diagnostics" in SETTINGS
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
     found = recipe_files(ROOT / "recipes", "triangle", "diagnostics")
@@ -350,7 +354,7 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
 def test_a_rerun_with_another_set_is_refused_naming_each_difference(tmp_path):
     """A finished model is never reported under settings it was not trained with (misuse round 2,
     finding 3): the run's config.json is compared with the recipe and every --set."""
-    from cll_scale.repro import check_trained_settings
+    from cll_scale.repro.records import check_trained_settings
     recipe = tmp_path / "multi30k_triangle_fcll.yaml"
     recipe.write_text("preset: tiny\nmodel:\n  lsl_dim: 16\ntrain:\n  lr: 1.0e-3\n  max_minutes: 90\n")
     run = tmp_path / "run"
@@ -421,7 +425,7 @@ def test_cll_layer_sets_follow_paper_fig4_and_keep_the_variants_encoder():
     """``--cll-layers sweep``: every layer, then the lowest removed one at a time, then the
     highest; SD's models keep its residual change, FCLL's have none, and a model without CLL is
     refused before anything is built."""
-    from cll_scale.repro import cll_layer_sets, layer_sweep
+    from cll_scale.repro.plan import cll_layer_sets, layer_sweep
     assert cll_layer_sets("sweep", 3) == [(1, 2, 3), (2, 3), (3,), (1, 2), (1,)]
     assert len(cll_layer_sets("sweep", 6)) == 11 and cll_layer_sets("1-2,3", 3) == [(1, 2), (3,)]
     for bad in ("0", "3-1", "1,1", "4", "x", ""):
@@ -458,3 +462,17 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
         assert config["model"]["cll_layers"] == layers and config["model"]["variant"] == "custom"
     assert "| fcll cll2 |" in report and "test_2016_flickr_cll_layers.png" in report
     assert (tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr_cll_layers.png").stat().st_size > 1000
+
+
+def test_committed_reports_are_rewritten_byte_identically_from_their_records(tmp_path):
+    """Every cll-repro report under docs/results that keeps records comes out of today's cll-repro
+    byte for byte (markdown and per-split JSON) from its records and cached evaluations alone,
+    from the command its own Command: line states: a change to cll-repro that alters a committed
+    report fails here, not in the next study's diff."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from rewrite_reports import rewrite, with_records
+    reports = with_records(ROOT / "docs" / "results")
+    assert {p.stem for p in reports} >= {"triangle-seeds", "centered-seeds", "triangle-paper-small-seeds"}
+    for i, report in enumerate(reports):
+        path, differ = rewrite(report, tmp_path / str(i))
+        assert path.name == report.name and not differ, (report, differ)

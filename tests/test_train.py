@@ -3,23 +3,17 @@ two-node launch), loss going down, exact fp32 resume, universal resume at anothe
 and an export that loads without DeepSpeed."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from cll_scale.engine import free_port
 from tests.conftest import ROOT
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def common(shards, run_dir, steps, *extra):
@@ -50,14 +44,60 @@ def train_steps(run_dir) -> list[int]:
     return [r["step"] for r in rows_of(run_dir) if "loss" in r]
 
 
-def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_path):
-    full, split = tmp_path / "full", tmp_path / "split"
-    full.mkdir()      # what a run killed before its first checkpoint leaves: a fresh start drops it
+GOLDEN = ROOT / "tests" / "golden" / "train_tiny_fp32_losses.json"
+
+
+@pytest.fixture(scope="module")
+def full_run(m30k_centered, tmp_path_factory) -> Path:
+    """40 uninterrupted steps of `tiny` in fp32 (checkpoints at 20 and 40), started in a directory
+    that holds the records of an earlier attempt which left no checkpoint. The tests below read
+    it; the ones that change a run work on a copy."""
+    full = tmp_path_factory.mktemp("train") / "full"
+    full.mkdir()
     stale = {"step": 30, "loss": 9.9, "nll": 9.9, "ppl": 2e4, "lr": 1e-3, "tokens_per_s": 1.0, "epoch": 0.1,
              "grad_norm": 1.0, "skipped": 0, "elapsed_s": 1.0, "tokens_seen": 1}
     (full / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
     cll_train(*common(m30k_centered, full, 40, "--set", "train.ckpt_every=20"))
-    assert train_steps(full) == list(range(1, 41)), "an earlier attempt's records kept"
+    return full
+
+
+def test_a_fresh_start_drops_earlier_records_and_the_run_describes_itself(full_run, m30k_centered):
+    assert train_steps(full_run) == list(range(1, 41)), "an earlier attempt's records kept"
+    for name in ("config.json", "ds_config.json", "git.txt", "curves.png", "monitor/train/Train_loss.csv"):
+        assert (full_run / name).is_file(), name
+    ds_cfg = json.loads((full_run / "ds_config.json").read_text())
+    assert ds_cfg["zero_optimization"]["stage"] == 2 and ds_cfg["gradient_accumulation_steps"] == 1
+    assert sorted(p.name for p in (full_run / "checkpoints").glob("step*")) == ["step00000020", "step00000040"]
+    # A second start without --resume refuses to overwrite the run.
+    res = cll_train(*common(m30k_centered, full_run, 45), check=False)
+    assert res.returncode == 2 and "pass --resume" in res.stderr
+
+
+def test_losses_match_the_golden_run(full_run):
+    """The first 30 losses of the fixed `tiny` fp32 run are those committed in
+    tests/golden/train_tiny_fp32_losses.json, within 1e-3 (fp32 kernels round differently from
+    one CPU to another; a change of initialisation, dropout, schedule, loss or data order moves
+    them by far more). A change meant to alter the numerics regenerates the file with
+    ``CLL_REGENERATE_GOLDEN=1 pytest tests/test_train.py -k golden`` and says so in its commit."""
+    a = losses(full_run)
+    got = {str(step): a[step] for step in range(1, 31)}
+    if os.environ.get("CLL_REGENERATE_GOLDEN"):
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps({"what": "train loss of steps 1-30: cll-train --preset tiny, cpu_fp32.json, "
+                                              "the settings of tests/test_train.py common(), shards of "
+                                              "Multi30k centered (tests/conftest.py m30k_centered)",
+                                      "regenerate": "CLL_REGENERATE_GOLDEN=1 pytest tests/test_train.py -k golden",
+                                      "losses": got}, indent=1) + "\n")
+    golden = json.loads(GOLDEN.read_text())["losses"]
+    assert got.keys() == golden.keys()
+    off = {s: (got[s], golden[s]) for s in golden if abs(got[s] - golden[s]) > 1e-3}
+    assert not off, f"losses differ from the golden run at steps {sorted(off, key=int)}: {off}"
+    first, last = sum(a[s] for s in range(1, 6)) / 5, sum(a[s] for s in range(36, 41)) / 5
+    assert last < first - 1.0, f"loss did not fall: {first:.3f} -> {last:.3f}"
+
+
+def test_a_resumed_run_is_the_uninterrupted_run_and_exports_its_best(full_run, m30k_centered, tmp_path):
+    split = tmp_path / "split"
     cll_train(*common(m30k_centered, split, 17, "--set", "train.export=false"))
     with open(split / "metrics.jsonl", "a") as f:    # what a run killed after its checkpoint leaves
         f.write(json.dumps({"step": 18, "loss": 99.0}) + "\n")
@@ -66,7 +106,7 @@ def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_pa
     res = cll_train(*common(m30k_centered, split, 40, "--set", "train.ckpt_every=20",
                             "--set", "train.valid_every=10"), "--resume")
     assert "resumed from" in res.stderr and "step00000017" in res.stderr
-    a, b = losses(full), losses(split)
+    a, b = losses(full_run), losses(split)
     assert train_steps(split) == list(range(1, 41)), "stale records kept"
     valid = {r["step"]: r["valid_nll"] for r in rows_of(split) if "valid_nll" in r}
     assert sorted(valid) == [17, 20, 30, 40]       # 17: the end of the first half (no export there)
@@ -76,25 +116,16 @@ def test_single_process_learns_resumes_exactly_and_exports(m30k_centered, tmp_pa
     assert best["best"]["value"] == pytest.approx(min(valid.values()))
     for step in range(18, 41):            # fp32: the resumed run is the uninterrupted run
         assert abs(a[step] - b[step]) <= 1e-6, (step, a[step], b[step])
-    first, last = sum(a[s] for s in range(1, 6)) / 5, sum(a[s] for s in range(36, 41)) / 5
-    assert last < first - 1.0, f"loss did not fall: {first:.3f} -> {last:.3f}"
-    # The run directory describes itself.
-    for name in ("config.json", "ds_config.json", "git.txt", "curves.png", "monitor/train/Train_loss.csv"):
-        assert (full / name).is_file(), name
-    ds_cfg = json.loads((full / "ds_config.json").read_text())
-    assert ds_cfg["zero_optimization"]["stage"] == 2 and ds_cfg["gradient_accumulation_steps"] == 1
-    assert sorted(p.name for p in (full / "checkpoints").glob("step*")) == ["step00000020", "step00000040"]
-    # A second start without --resume refuses to overwrite the run.
-    res = cll_train(*common(m30k_centered, full, 45), check=False)
-    assert res.returncode == 2 and "pass --resume" in res.stderr
-    # The export loads with DeepSpeed made unimportable, and scores the data like the run did.
+
+
+def test_the_export_loads_without_deepspeed_and_a_tampered_one_is_refused(full_run, m30k_centered, tmp_path):
     code = f"""
 import sys; sys.modules['deepspeed'] = None
 import torch
 from cll_scale.export import load_export
 from cll_scale.model import label_smoothed_loss
 from cll_scale.stream import eval_batches
-model, manifest = load_export({str(full / 'export')!r})
+model, manifest = load_export({str(full_run / 'export')!r})
 nll = tokens = 0
 with torch.no_grad():
     for b in eval_batches({str(m30k_centered)!r}, 'valid', 'en-de', 2048):
@@ -105,28 +136,35 @@ print(nll / tokens, manifest.languages)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     nll = float(out.stdout.split()[0])
-    assert 0 < nll < a[1]                 # trained weights, better than at step 1
-    # A tampered weight file is refused.
-    weights = full / "export" / "model.safetensors"
+    assert 0 < nll < losses(full_run)[1]         # trained weights, better than at step 1
+    import shutil
+    from cll_scale.export import ExportError, load_export
+    tampered = tmp_path / "export"
+    shutil.copytree(full_run / "export", tampered)
+    weights = tampered / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-10] ^= 0xFF
     weights.write_bytes(bytes(data))
-    from cll_scale.export import ExportError, load_export
     with pytest.raises(ExportError, match="model.safetensors differ"):
-        load_export(full / "export")
-    # Checkpoints know their data: other shards are refused unless asked for (train.new_data),
-    # which carries weights, optimizer and schedule on and starts the stream afresh.
+        load_export(tampered)
+
+
+def test_checkpoints_know_their_data(full_run, m30k_centered, tmp_path):
+    """Other shards are refused on --resume unless asked for (train.new_data), which carries
+    weights, optimizer and schedule on and starts the stream afresh."""
     import shutil
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
     other = tmp_path / "other"
     shutil.copytree(m30k_centered, other, copy_function=os.link)
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["splits"]["train"]["shards"] = [s for s in manifest["splits"]["train"]["shards"]
                                              if s["direction"] != "en-cs"]
     (other / "manifest.json").write_text(json.dumps(manifest))
-    res = cll_train(*common(other, full, 42), "--resume", check=False)
+    res = cll_train(*common(other, run, 42), "--resume", check=False)
     assert res.returncode == 2 and "not the ones" in res.stderr and "train.new_data=true" in res.stderr
-    res = cll_train(*common(other, full, 42, "--set", "train.new_data=true"), "--resume")
-    assert "on new data" in res.stderr and max(losses(full)) == 42
+    res = cll_train(*common(other, run, 42, "--set", "train.new_data=true"), "--resume")
+    assert "on new data" in res.stderr and max(losses(run)) == 42
 
 
 def probe(launch, shards, run_dir, report, steps, *extra, env=None):

@@ -1,0 +1,134 @@
+"""The precision a run trains in, and the machine facts that choose it: engine settings files
+(``ds_configs/``), what ``train.ds_config: auto`` stands for on this machine (bf16 on a GPU; on a
+CPU only where bf16 matmuls are faster than fp32, which a short probe measures and caches), and
+how a report names the hardware. No DeepSpeed here: ``cll-repro`` asks the same questions
+without starting an engine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from cll_scale.config import TrainConfig, apply_overrides, load_recipe
+from cll_scale.outputs import json_text, write_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+DS_CONFIGS = ROOT / "ds_configs"
+
+
+def hardware() -> str:
+    """The machine in one line, as reports and records name it."""
+    if torch.cuda.is_available():
+        return f"{torch.cuda.device_count()} × {torch.cuda.get_device_name(0)}"
+    model, flags = cpu_model_and_flags()
+    return f"{os.cpu_count()} CPU cores ({model}, {flags or 'no AVX-512'}), no GPU"
+
+
+def cpu_model_and_flags() -> tuple[str, str]:
+    """This CPU's model name, and which of the instruction sets that decide bf16's speed it has
+    (avx512_bf16, amx_bf16, avx512f; space-separated, empty for none). Two machines that both call
+    themselves "AMD EPYC" can differ threefold in a `small` step on that alone."""
+    import platform
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor(), ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                 platform.processor())
+    return model, " ".join(sorted({f for f in ("avx512_bf16", "amx_bf16", "avx512f") if f in info.split()}))
+
+
+def cpu_bf16_speedup(threads: int | None = None) -> float:
+    """bf16 ÷ fp32 matmul throughput on this CPU (> 1: bf16 is faster), cached per CPU model,
+    instruction set, torch version and thread count. Without avx512_bf16 or AMX, bf16 is emulated
+    and was measured here at a quarter of fp32's speed (with avx512f) and at 0.02x (an AMD EPYC
+    without AVX-512); with avx512_bf16, at about twice."""
+    import hashlib
+    import time
+    threads = threads or torch.get_num_threads()
+    model, flags = cpu_model_and_flags()
+    key = hashlib.sha256(f"{model}|{flags}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cll-scale" / f"cpu-bf16-{key}.json"
+    try:
+        return float(json.loads(cache.read_text())["speedup"])
+    except (OSError, ValueError, KeyError):
+        pass
+    a = torch.randn(512, 1024)
+    b = torch.randn(1024, 1024)
+
+    def best(dtype) -> float:
+        x, y = a.to(dtype), b.to(dtype)
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            torch.mm(x, y)
+            times.append(time.perf_counter() - t)
+        return min(times[1:])
+    speedup = best(torch.float32) / best(torch.bfloat16)
+    try:
+        write_atomic(cache, json_text({"speedup": speedup, "cpu": model, "flags": flags, "threads": threads}))
+    except OSError:
+        pass
+    return speedup
+
+
+def default_ds_config(agree: Callable[[bool], bool] | None = None) -> tuple[Path, str]:
+    """The engine settings ``auto`` stands for, and why: bf16 on a GPU; on a CPU bf16 only where
+    a short matmul probe finds it faster than fp32. ``agree``: in a process group, the rule that
+    makes every rank take the same choice (bf16 only if it is faster on all of them)."""
+    if torch.cuda.is_available():
+        return DS_CONFIGS / "gpu_bf16.json", "a CUDA device is present"
+    speedup = cpu_bf16_speedup()
+    faster = speedup > 1.1
+    if agree is not None:                      # every rank must run the same engine settings
+        faster = agree(faster)
+    name = "cpu_bf16.json" if faster else "cpu_fp32.json"
+    return DS_CONFIGS / name, (f"bf16 matmuls run {speedup:.2f}x as fast as fp32 on this CPU"
+                               + ("" if faster == (speedup > 1.1) else "; not on every rank's"))
+
+
+def resolve_ds_config(path: str | Path, agree: Callable[[bool], bool] | None = None) -> tuple[Path, str]:
+    """The engine settings file a ``train.ds_config`` value names (a path, or a name in
+    ``ds_configs/``), and why; ``auto``: :func:`default_ds_config`'s choice for this machine."""
+    if str(path) == "auto":
+        return default_ds_config(agree)
+    path = Path(path)
+    if not path.is_file() and (DS_CONFIGS / path).is_file():
+        path = DS_CONFIGS / path
+    return path, "named by the recipe"
+
+
+def precision(cfg: dict) -> str:
+    """The precision engine settings train in: bf16, fp16 or fp32."""
+    return next((p for p in ("bf16", "fp16") if cfg.get(p, {}).get("enabled")), "fp32")
+
+
+def trained_precision(run_dir: Path) -> str | None:
+    """The precision a run trains in (its ``ds_config.json``, which a record keeps too); None
+    before it started."""
+    path = Path(run_dir) / "ds_config.json"
+    return precision(json.loads(path.read_text())) if path.is_file() else None
+
+
+def planned_precision(recipe: Path, overrides: list[str]) -> tuple[str, str]:
+    """The precision cll-train trains (or resumes) a recipe in on this machine, and why."""
+    train = apply_overrides(load_recipe(recipe), overrides).get("train", {})
+    path, why = resolve_ds_config(train.get("ds_config", TrainConfig.ds_config))
+    return precision(json.loads(path.read_text())), why
+
+
+# Dense bf16 peaks of the datasheets (TFLOP/s, without sparsity), for MFU: SXM boards; a name not
+# here needs --peak-tflops. H100 and H200 share the compute die, hence the peak.
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+
+
+def peak_bf16_tflops(device_name: str) -> float | None:
+    """The table's peak for a CUDA device name (``torch.cuda.get_device_name()``, e.g. "NVIDIA
+    H200"); None when the name is not in it."""
+    words = re.split(r"[^A-Z0-9]+", device_name.upper())
+    return next((tf for key, tf in PEAK_BF16_TFLOPS.items() if key in words), None)

@@ -1,0 +1,99 @@
+"""``cll-repro``'s command line: flags to a typed :class:`~cll_scale.repro.study.Study`."""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
+                           positive_int, run)
+from cll_scale.decoding import DecodeConfig
+from cll_scale.repro import __doc__ as DOC
+from cll_scale.repro.evaluations import EvalSettings
+from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
+from cll_scale.repro.study import Reproduction, Study
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def seed_list(text: str) -> list[int]:
+    seeds = [positive_int(x) for x in csv_list(text)]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive seeds, e.g. 1,2,3")
+    return seeds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cll-repro", description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--condition", choices=CONDITIONS, required=True)
+    p.add_argument("--variants", default="baseline,fcll",
+                   help="comma-separated variants with a recipe: baseline, fcll, sd (the FFN residual of the "
+                        "middle encoder layer removed, as the authors' code), sd_attn (its self-attention "
+                        "residual removed, as Liu et al. 2021)")
+    p.add_argument("--settings", choices=SETTINGS, default="small",
+                   help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code; "
+                        "paper_small: the authors' settings at the small size, the closest a CPU trains; "
+                        "diagnostics: small models that each answer one question of issue 34")
+    p.add_argument("--seeds", type=seed_list,
+                   help="e.g. 1,2,3: train every variant once per seed and report mean ± std over them")
+    p.add_argument("--steps-per-model", type=non_negative_int, default=0,
+                   help="step budget: every variant sees exactly the same batches (preferred)")
+    p.add_argument("--minutes-per-model", type=non_negative_float, default=0.0,
+                   help="time budget (default 90 when no step budget is given)")
+    p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(ROOT.parent / "shared" / "data" / "multi30k")))
+    p.add_argument("--shards-root", default="runs/repro/shards")
+    p.add_argument("--runs-root", default="runs/repro/runs")
+    p.add_argument("--recipes", default=str(ROOT / "recipes"))
+    p.add_argument("--out", default="runs/repro/results",
+                   help="where the report goes (the project's own reports: --out docs/results)")
+    p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr")
+    p.add_argument("--beam", type=positive_int, default=DecodeConfig.beam)
+    p.add_argument("--max-sentences", type=non_negative_int, default=0,
+                   help="evaluate only the first N per direction (0: all)")
+    p.add_argument("--set", action="append", default=[], help="recipe override for every model")
+    p.add_argument("--parallel", type=positive_int, default=1,
+                   help="models trained at once (a GPU holds several small ones), in the training order")
+    p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
+    p.add_argument("--allow-mixed-precision", action="store_true",
+                   help="train the models still missing even where this machine trains them in another "
+                        "precision than the study's trained ones (refused by default)")
+    p.add_argument("--ablate-lsl", action="store_true",
+                   help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
+    p.add_argument("--omit-lang-tag", action="store_true",
+                   help="also evaluate the models trained with language tags without the tag (paper Table 8)")
+    p.add_argument("--cll-layers", metavar="SETS",
+                   help="train each CLL variant once per set of decoder layers with CLL (1-based, e.g. "
+                        "1-3,2-3,3), or 'sweep': paper Fig. 4's sets (layers removed from the bottom, then "
+                        "from the top, down to one); the report is <condition>-cll-layers.md with BLEU "
+                        "against the number of CLL layers")
+    add_lid_arguments(p)
+    add_debug_argument(p)
+    return p
+
+
+def study_of(args, argv: list[str] | None) -> Study:
+    """The typed study the flags ask for. The commands run from the project root: every path is
+    made absolute."""
+    command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    path = {name: Path(getattr(args, name)).resolve() for name in ("shards_root", "runs_root", "recipes", "out",
+                                                                   "multi30k")}
+    evaluation = EvalSettings(tuple(args.splits.split(",")), args.beam, args.max_sentences, args.ablate_lsl,
+                              args.omit_lang_tag, tuple(args.lid))
+    return Study(args.condition, csv_list(args.variants), evaluation=evaluation,
+                 budget=Budget.of(args.steps_per_model, args.minutes_per_model), settings=args.settings,
+                 seeds=args.seeds, overrides=list(args.set), cll_layers=args.cll_layers, parallel=args.parallel,
+                 eval_only=args.eval_only, allow_mixed_precision=args.allow_mixed_precision,
+                 lid_workers=args.lid_workers, command=command, **path)
+
+
+def reproduce(study: Study) -> int:
+    path = Reproduction(study).run()
+    print(path.read_text())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run("cll-repro", lambda: reproduce(study_of(args, argv)), args.debug)

@@ -1,0 +1,175 @@
+"""Where each model of a study stands, and its record: a finished run's metrics, configs and
+export manifests kept beside the report (no weights), which stands in for the run directory when
+that is gone, if it was trained with the same recipe, overrides and budget."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from cll_scale.checkpointer import BEST_EXPORT, chosen_export
+from cll_scale.config import TrainConfig, apply_overrides, load_recipe
+from cll_scale.metrics import read_rows
+from cll_scale.outputs import json_text, write_atomic
+from cll_scale.precision import hardware, trained_precision
+from cll_scale.repro.plan import Budget
+
+# What a record keeps of a finished run: everything the report and the evaluation cache read,
+# without the weights and checkpoints (about 100 MB a `small` model).
+RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "export/export.json",
+                f"{BEST_EXPORT}/export.json")
+RECORD = "record.json"
+# Train settings that cll-repro itself sets per run or through its budget flags.
+PER_RUN = {"data", "run_dir", "max_steps", "max_minutes", "max_epochs"}
+
+
+def last_train_row(rows: list[dict]) -> dict:
+    """The last training line of a run's metrics (validation lines carry no loss)."""
+    return next((row for row in reversed(rows) if "loss" in row), {})
+
+
+def run_state(run_dir: Path) -> dict:
+    """Where a run stands: its last metrics line and whether the export is current."""
+    last = last_train_row(read_rows(run_dir / "metrics.jsonl"))
+    export = run_dir / "export" / "export.json"
+    exported_step = json.loads(export.read_text()).get("step") if export.exists() else None
+    return {"last": last, "exported_step": exported_step}
+
+
+def export_id(run_dir: Path) -> str:
+    """The evaluated export's identity: the hash of its export.json, which holds every file's sha256."""
+    return hashlib.sha256((chosen_export(run_dir) / "export.json").read_bytes()).hexdigest()
+
+
+def finished(run_dir: Path, budget: Budget, state: dict | None = None) -> bool:
+    """The run spent this budget and exported its last step (``state``: its run_state, if read)."""
+    state = state or run_state(run_dir)
+    last = state["last"]
+    spent = TrainConfig(max_steps=budget.steps, max_minutes=budget.minutes).budget_spent(
+        last.get("step", 0), last.get("epoch", 0.0), last.get("elapsed_s", 0.0))
+    return spent and state["exported_step"] == last.get("step")
+
+
+def training_identity(recipe: Path, overrides: list[str], budget: Budget) -> dict:
+    """What decides a trained model: the recipe's bytes, the overrides and the budget."""
+    return {"recipe": recipe.name, "recipe_sha256": hashlib.sha256(recipe.read_bytes()).hexdigest(),
+            "overrides": list(overrides), "budget": budget.as_dict()}
+
+
+def is_record(run_dir: Path) -> bool:
+    return (run_dir / RECORD).is_file()
+
+
+def trained_on(run_dir: Path, here: str) -> str:
+    """The hardware a run was trained on: its record says so; a run of this sitting, ``here``."""
+    return json.loads((run_dir / RECORD).read_text()).get("hardware", "?") if is_record(run_dir) else here
+
+
+def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
+    """Keep a finished run's metrics, configs and export manifests (not its weights) under the
+    report, so that the report and its cached evaluations outlive the run directory: on machines
+    whose ``runs/`` is gone by the next sitting (a fresh CI or cloud node), a multi-seed study
+    still grows one sitting at a time. Written beside it and renamed into place, so a record is
+    whole, and holds nothing of an earlier one (an ``export-best/`` the new run did not make)."""
+    fresh, old = record_dir.with_name(f".{record_dir.name}.new"), record_dir.with_name(f".{record_dir.name}.old")
+    for leftover in (fresh, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    for rel in RECORD_FILES:
+        if (run_dir / rel).is_file():
+            write_atomic(fresh / rel, (run_dir / rel).read_bytes())
+    write_atomic(fresh / RECORD, json_text({**identity, "hardware": hardware(), "run_dir": str(run_dir)}, indent=1))
+    if record_dir.exists():
+        record_dir.rename(old)
+    fresh.rename(record_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Path, budget: Budget) -> dict[str, Path]:
+    """Each model's run directory, or its record where the run directory is gone (never started
+    here) and the record is of the same recipe, overrides and budget; a record of other settings
+    is left alone and the model is trained anew."""
+    chosen = {}
+    for name, run_dir in runs.items():
+        record = records / run_dir.name
+        chosen[name] = run_dir
+        if (run_dir / "metrics.jsonl").exists() or not is_record(record):
+            continue
+        kept = json.loads((record / RECORD).read_text())
+        same = {k: kept.get(k) for k in identities[name]} == identities[name]
+        if same and finished(record, budget):
+            print(f"[cll-repro] {name}: trained before ({kept.get('hardware')}); using its record {record}",
+                  file=sys.stderr)
+            chosen[name] = record
+        else:
+            print(f"[cll-repro] {name}: its record {record} is of another recipe, override or budget "
+                  f"({kept.get('recipe')}, {kept.get('overrides')}, {kept.get('budget')}); training it anew",
+                  file=sys.stderr)
+    return chosen
+
+
+def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> list[str]:
+    """What the recipe and overrides ask that the run (or record) in ``run_dir`` was not trained
+    with, read from its config.json: a rerun with another ``--set`` must not report a model
+    under settings it never had."""
+    path = run_dir / "config.json"
+    if not path.is_file():
+        return []
+    trained = json.loads(path.read_text())
+    wanted = apply_overrides(load_recipe(recipe), list(overrides))
+    diff = []
+    for section in ("model", "data", "train"):
+        for key, value in (wanted.get(section) or {}).items():
+            if section == "train" and key in PER_RUN or key not in trained.get(section, {}):
+                continue
+            have = trained[section][key]
+            same = have == value or (isinstance(have, (int, float)) and isinstance(value, (int, float, str))
+                                     and not isinstance(value, bool) and _as_number(value) == have)
+            if not same:
+                diff.append(f"{section}.{key}={value!r} (trained with {have!r})")
+    return diff
+
+
+def _as_number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_trained_settings(runs: dict[str, Path], recipe_of: dict[str, Path], overrides: dict[str, list[str]],
+                           extra: list[str]) -> None:
+    """Refuse, before anything runs, models whose run or record was trained with other settings
+    than the recipe and ``--set`` now give, naming each difference."""
+    problems = [f"{name}: {', '.join(diff)}" for name, run_dir in runs.items()
+                if (diff := recorded_differences(run_dir, recipe_of[name], overrides[name] + extra))]
+    if problems:
+        raise ValueError("the trained models differ from what the recipes and --set ask: " + "; ".join(problems)
+                         + ". Train these settings into another --runs-root (and --out), or drop the --set")
+
+
+def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str]], allow: bool) -> None:
+    """The models of one report train in one precision, or the spread over seeds mixes the seed's
+    effect with bf16's rounding. ``planned``: the models this sitting trains or resumes, with the
+    precision this machine gives them (:func:`cll_scale.precision.planned_precision`). ``auto``
+    picks bf16 only where the CPU runs it fast, so a study begun on a CPU with avx512_bf16 and
+    continued on one without would otherwise go on in fp32 unnoticed (and a run begun in one
+    would be resumed in the other)."""
+    used: dict[tuple[str, str], list[str]] = {}         # (precision, how) -> models
+    for name, run_dir in runs.items():
+        if (p := trained_precision(run_dir)) and not (name in planned and planned[name][0] == p):
+            used.setdefault((p, "trained so far" if name in planned else "trained"), []).append(name)
+    for name, (p, why) in planned.items():
+        used.setdefault((p, f"this sitting: {why}"), []).append(name)
+    if len({p for p, _ in used}) < 2:
+        return
+    what = "; ".join(f"{p}: {', '.join(names)} ({how})" for (p, how), names in used.items())
+    if allow:
+        print(f"[cll-repro] warning: this study mixes precisions ({what}); the report names each model's "
+              f"precision",
+              file=sys.stderr)
+        return
+    raise ValueError(f"the models of this study would train in more than one precision: {what}. Train the rest "
+                     f"where the study's precision runs (a GPU; for bf16 on a CPU, one with avx512_bf16 or AMX), "
+                     f"or pass --allow-mixed-precision (the report then names each model's precision)")

@@ -1,0 +1,123 @@
+"""The commands a study runs: the shard build, and one ``cll-train`` process per model, a few at
+a time, each settled as it ends; a SIGTERM to cll-repro reaches them all."""
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cll_scale.repro.plan import Budget
+from cll_scale.repro.records import finished, run_state
+
+ROOT = Path(__file__).resolve().parents[2]
+CONDITION_LANGS = {"triangle": "de,fr,cs", "square": "de,fr,cs,en"}    # the cycles' order (paper §4.1)
+
+
+class StepFailed(RuntimeError):
+    """A command cll-repro ran failed; it printed its own error, and its exit code is passed on."""
+
+    def __init__(self, what: str, code: int):
+        super().__init__(f"{what} failed (exit {code}); its message is above")
+        self.exit_code = code
+
+
+class Stopped(RuntimeError):
+    """cll-repro was told to stop (a scheduler's SIGTERM): the trainings it ran were stopped the
+    same way, and each saved its checkpoint."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}; the trainings it ran saved their "
+                         f"checkpoints, and the same command continues them")
+        self.exit_code = 128 + signum
+
+
+def sh(cmd: list[str], what: str) -> None:
+    code = subprocess.run(cmd, cwd=ROOT).returncode
+    if code:
+        raise StepFailed(what, code)
+
+
+def build_shards(condition: str, multi30k: str, shards: Path) -> None:
+    if (shards / "manifest.json").exists():
+        return
+    cmd = [sys.executable, "-m", "data_tools", "build", "--input", multi30k, "--condition", condition,
+           "--out", str(shards)]
+    if condition in CONDITION_LANGS:
+        cmd += ["--langs", CONDITION_LANGS[condition]]
+    sh(cmd, f"building the {condition} shards")
+
+
+def train_command(recipe: Path, run_dir: Path, shards: Path, budget: Budget, overrides: list[str]) -> list[str] | None:
+    """The cll-train command that trains (or resumes) one model; None when it is finished."""
+    state = run_state(run_dir)
+    if finished(run_dir, budget, state):
+        print(f"[cll-repro] {run_dir.name}: finished ({state['last']['step']} steps), skipping", file=sys.stderr)
+        return None
+    cmd = [sys.executable, "-m", "cll_scale.train", "--recipe", str(recipe), "--data", str(shards),
+           "--run-dir", str(run_dir), "--max-minutes", str(budget.minutes), "--max-steps", str(budget.steps)]
+    for o in overrides:
+        cmd += ["--set", o]
+    if (run_dir / "checkpoints" / "latest").exists():
+        cmd.append("--resume")
+    print(f"[cll-repro] {' '.join(shlex.quote(c) for c in cmd)}", file=sys.stderr)
+    return cmd
+
+
+def train(recipe: Path, run_dir: Path, shards: Path, budget: Budget, overrides: list[str]) -> None:
+    """Train (or resume, or skip when finished) one model, in this process's turn."""
+    cmd = train_command(recipe, run_dir, shards, budget, overrides)
+    if cmd:
+        train_all([(run_dir.name, run_dir, cmd)], parallel=1)
+
+
+def _start(name: str, run_dir: Path, cmd: list[str], parallel: int) -> tuple:
+    """One training process; with others beside it, its output goes to ``<run dir>/train.log``."""
+    log, log_path = None, None
+    if parallel > 1:
+        log_path = run_dir / "train.log"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "a")
+    return name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log and subprocess.STDOUT), log, log_path
+
+
+def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=None) -> None:
+    """Run the training commands in order, ``parallel`` at a time (one GPU holds several small
+    models; each process picks its own free port). With more than one at a time each writes its
+    output to ``<run dir>/train.log``; the first failure stops the others and is raised.
+    ``done(name)`` runs as each training ends well, while the others go on. A SIGTERM
+    to cll-repro (a job scheduler's stop) is passed on to the running trainings, which checkpoint
+    their step and stop: without that they would go on alone, holding their run directories."""
+    def stop(signum, frame):
+        raise Stopped(signum)
+    previous = signal.signal(signal.SIGTERM, stop)
+    waiting, running, ended = list(commands), [], []
+    try:
+        while waiting or running or ended:
+            while waiting and len(running) < parallel:
+                running.append(_start(*waiting.pop(0), parallel))
+            while ended:                 # after the next trainings started, so no slot waits on it
+                done(ended.pop(0))
+            time.sleep(0.5)
+            for item in list(running):
+                name, proc, log, log_path = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                if log:
+                    log.close()
+                if proc.returncode:
+                    raise StepFailed(f"training {name}" + (f" (its output: {log_path})" if log_path else ""),
+                                     proc.returncode)
+                if done:
+                    ended.append(name)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for _, proc, _, _ in running:
+            proc.terminate()         # SIGTERM: each checkpoints its current step and stops
+        for _, proc, log, _ in running:
+            proc.wait()
+            if log:
+                log.close()

@@ -1,0 +1,140 @@
+"""One study from start to report: plan the models, stand records in for gone run directories,
+refuse what would mix settings or precisions, train what is missing (a few at a time), evaluate
+and record each model as it ends, and rewrite the report each time."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cll_scale.evaluate import lid_pool, summarize
+from cll_scale.outputs import json_text, write_atomic
+from cll_scale.checkpointer import chosen_export
+from cll_scale.precision import planned_precision
+from cll_scale.repro.evaluations import EvalSettings, Evaluations
+from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
+from cll_scale.repro.records import (check_one_precision, check_trained_settings, finished, is_record,
+                                     training_identity, use_records, write_record)
+from cll_scale.repro.report import write_report
+from cll_scale.repro.scheduler import build_shards, train_all, train_command
+
+
+@dataclass
+class Study:
+    """Everything a ``cll-repro`` command asks, as typed values (paths absolute)."""
+    condition: str
+    variants: list[str]
+    multi30k: Path
+    shards_root: Path
+    runs_root: Path
+    recipes: Path
+    out: Path
+    evaluation: EvalSettings
+    budget: Budget = Budget.of(0, 0.0)
+    settings: str = "small"
+    seeds: list[int] | None = None
+    overrides: list[str] = field(default_factory=list)    # --set, for every model
+    cll_layers: str | None = None
+    parallel: int = 1
+    eval_only: bool = False
+    allow_mixed_precision: bool = False
+    lid_workers: int | None = None
+    command: str = "cll-repro"                             # as the user typed it, for the report
+
+    @property
+    def report_name(self) -> str:
+        """A multi-seed study is its own report (``<condition>-seeds.md``) beside the one-seed one."""
+        return (self.condition + settings_suffix(self.settings) + ("-cll-layers" if self.cll_layers else "")
+                + ("-seeds" if self.seeds else ""))
+
+
+class Reproduction:
+    def __init__(self, study: Study):
+        self.study = s = study
+        self.plan = plan_runs(s.condition, s.variants, s.settings, s.recipes, s.runs_root, s.seeds, s.overrides,
+                              s.cll_layers)
+        self.figs = s.out / s.report_name
+        self.identities = {name: training_identity(self.plan.recipe_of[name], self.plan.overrides[name] + s.overrides,
+                                                   s.budget) for name in self.plan.runs}
+        self.runs = use_records(self.plan.runs, self.identities, self.figs / "records", s.budget)
+        self.shards = s.shards_root / f"multi30k-{s.condition}"
+        self.evaluations: Evaluations | None = None
+
+    def check(self) -> None:
+        """Before anything runs: the trained models have the settings asked, the ones to train
+        will share their precision, and with --eval-only every export is there."""
+        s, plan = self.study, self.plan
+        check_trained_settings(self.runs, plan.recipe_of, plan.overrides, s.overrides)
+        if not s.eval_only:
+            # Once per recipe, not per model: a seed's own overrides set train.seed and data.seed only.
+            to_train = [name for name, d in self.runs.items() if not finished(d, s.budget)]
+            planned = {r: planned_precision(r, s.overrides) for r in {plan.recipe_of[name] for name in to_train}}
+            check_one_precision(self.runs, {name: planned[plan.recipe_of[name]] for name in to_train},
+                                s.allow_mixed_precision)
+            return
+        absent = [str(chosen_export(d)) for d in self.runs.values() if not (chosen_export(d) / "export.json").exists()]
+        if absent:
+            raise ValueError(f"--eval-only: no trained model at {', '.join(absent)}; train first (without "
+                             f"--eval-only) or point --runs-root at the runs")
+
+    def settle(self, name: str) -> None:
+        """Evaluate a trained model now, and keep its record: a sitting that ends while other
+        models train loses none of the finished ones."""
+        if name in self.evaluations.done:
+            return
+        self.evaluations.of(name, self.runs[name])
+        if not is_record(self.runs[name]) and finished(self.runs[name], self.study.budget):
+            write_record(self.runs[name], self.figs / "records" / self.runs[name].name, self.identities[name])
+
+    def report(self) -> Path:
+        """The report of every model settled so far: a study that spans sittings shows what it
+        has at the end of each, not only once its last model is trained."""
+        s, done = self.study, self.evaluations.done
+        settled = {name: d for name, d in self.runs.items() if name in done}
+        pending = [name for name in self.runs if name not in settled]
+        reports = {}
+        for split in s.evaluation.splits:
+            entries = {k: v for name in settled for k, v in done[name][split].items()}
+            reports[split] = summarize(entries, f"Multi30k {split}", s.evaluation.beam, s.evaluation.lid,
+                                       log=lambda m: print(m, file=sys.stderr))
+            write_atomic(self.figs / f"{split}.json", json_text(reports[split], indent=1, ensure_ascii=False))
+        path = write_report(s.condition, s.report_name, settled, reports, s.budget, s.command, s.out,
+                            self.plan.groups if s.seeds else None, pending)
+        print(f"[cll-repro] wrote {path}: {len(settled)} of {len(self.runs)} models"
+              + (f", still to train: {', '.join(pending)}" if pending else ""), file=sys.stderr)
+        return path
+
+    def train_missing(self) -> None:
+        """The models trained in earlier sittings first (cached evaluations make that cheap), so
+        the report holds them before the first training of this sitting ends."""
+        s, commands, ready = self.study, [], []
+        for name, run_dir in self.runs.items():
+            cmd = train_command(self.plan.recipe_of[name], run_dir, self.shards, s.budget,
+                                self.plan.overrides[name] + s.overrides)
+            if cmd:
+                commands.append((name, run_dir, cmd))
+            else:
+                ready.append(name)
+        for name in ready:
+            self.settle(name)
+        if ready and commands:
+            self.report()
+
+        def trained(name: str) -> None:
+            self.settle(name)
+            if len(self.evaluations.done) < len(self.runs):      # the last one's report is written after
+                self.report()
+
+        train_all(commands, s.parallel, done=trained)
+
+    def run(self) -> Path:
+        self.check()
+        s = self.study
+        build_shards(s.condition, str(s.multi30k), self.shards)
+        with lid_pool(s.lid_workers) as pool:         # its workers start with the first job scored
+            self.evaluations = Evaluations(s.evaluation, self.shards, self.figs, pool)
+            if not s.eval_only:
+                self.train_missing()
+            for name in self.runs:
+                self.settle(name)
+            return self.report()

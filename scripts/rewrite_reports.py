@@ -1,0 +1,84 @@
+"""Rewrite committed ``cll-repro`` reports from their records alone, into another directory, and
+say whether each came out byte-identical: the check that a change to cll-repro left its reports
+as they were. Nothing is trained or decoded (a record has no weights; its evaluations are cached
+beside the report), and no shard is built.
+
+    .venv/bin/python scripts/rewrite_reports.py docs/results/triangle-seeds.md docs/results/centered-seeds.md
+    .venv/bin/python scripts/rewrite_reports.py --all          # every report under docs/results with records
+
+The report's own ``Command:`` line says how it was made; it is parsed with cll-repro's parser,
+and only ``--out`` is moved to a scratch copy of the report's records and cached evaluations. The
+markdown and the per-split JSON are compared; the PNGs are drawn again but not compared (their
+bytes follow matplotlib's version).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cll_scale.evaluate import lid_pool  # noqa: E402
+from cll_scale.repro.cli import build_parser, study_of  # noqa: E402
+from cll_scale.repro.evaluations import Evaluations  # noqa: E402
+from cll_scale.repro.records import is_record  # noqa: E402
+from cll_scale.repro.study import Reproduction  # noqa: E402
+
+COMMAND = re.compile(r"^Command: `(cll-repro .*)`$", re.M)
+
+
+def with_records(results: Path) -> list[Path]:
+    """The reports under ``results`` whose folder holds records."""
+    return sorted(d.parent.with_suffix(".md") for d in results.rglob("records")
+                  if d.parent.with_suffix(".md").is_file())
+
+
+def rewrite(report: Path, scratch: Path) -> tuple[Path, list[str]]:
+    """The report written again under ``scratch``, and the files that differ from the committed ones."""
+    command = COMMAND.search(report.read_text(encoding="utf-8"))
+    if not command:
+        raise ValueError(f"{report}: no `Command: cll-repro ...` line")
+    argv = shlex.split(command.group(1))[1:]
+    study = study_of(build_parser().parse_args(argv), argv)
+    study.out = scratch
+    kept = report.with_suffix("")
+    for part in ("records", "evaluated"):
+        if (kept / part).is_dir():
+            shutil.copytree(kept / part, scratch / kept.name / part)
+    r = Reproduction(study)
+    with lid_pool(0) as pool:
+        r.evaluations = Evaluations(study.evaluation, r.shards, r.figs, pool)
+        for name, run_dir in r.runs.items():
+            if is_record(run_dir):
+                r.settle(name)
+        path = r.report()
+    differ = [p.name for p in [path, *sorted(r.figs.glob("*.json"))]
+              if p.read_bytes() != (report.parent / p.relative_to(scratch)).read_bytes()]
+    return path, differ
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("reports", nargs="*", type=Path)
+    p.add_argument("--all", action="store_true", help="every report under docs/results with records")
+    args = p.parse_args(argv)
+    reports = with_records(ROOT / "docs" / "results") if args.all else args.reports
+    if not reports:
+        p.error("name reports, or --all")
+    bad = 0
+    for report in reports:
+        with tempfile.TemporaryDirectory() as tmp:
+            _, differ = rewrite(report.resolve(), Path(tmp))
+        print(f"{report}: " + ("byte-identical" if not differ else f"DIFFERS: {', '.join(differ)}"))
+        bad += bool(differ)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
