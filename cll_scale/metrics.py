@@ -59,27 +59,39 @@ class MetricsWindow:
         self.n += 1
         self.seconds += seconds
 
-    def flush(self) -> tuple[dict, list[int], int]:
-        """Read the window (one sync) and reset it: (sums over all ranks, skipped steps, skipped in
-        a row). Every rank calls it at the same step."""
+    def flush(self) -> "WindowSums":
+        """Read the window (one sync) and reset it. Every rank calls it at the same step."""
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             torch.distributed.all_reduce(self.sums)
+        # One tensor, so one read: the sums (their order is __init__'s), the run of skipped steps,
+        # and one skip flag per step of the window.
         values = torch.cat([self.sums, self.consecutive.double().reshape(1), self.skip_flags.double()]).tolist()
-        (loss, nll, tokens, in_a_row), flags = values[:4], values[4:4 + self.n]
-        in_a_row = int(in_a_row)
-        skipped = [self.first_step + i for i, f in enumerate(flags) if f]
-        out = {"loss": loss, "nll": nll, "tokens": tokens, "seconds": self.seconds}
+        loss, nll, tokens, in_a_row = values[:4]
+        flags = values[4:4 + self.n]
+        out = WindowSums(loss=loss, nll=nll, tokens=tokens, seconds=self.seconds, in_a_row=int(in_a_row),
+                         skipped=[self.first_step + i for i, f in enumerate(flags) if f])
         self.sums.zero_()
         self.skip_flags.zero_()
         self.n, self.seconds = 0, 0.0
-        return out, skipped, in_a_row
+        return out
 
-    def record(self, sums: dict, skipped: list[int], **fields) -> TrainRecord:
+    @staticmethod
+    def record(sums: "WindowSums", **fields) -> TrainRecord:
         """The log line; with no applied step in the window the loss is unknown (None), not 0."""
-        tokens = sums["tokens"]
-        loss, nll = (sums["loss"] / tokens, sums["nll"] / tokens) if tokens else (None, None)
+        loss, nll = (sums.loss / sums.tokens, sums.nll / sums.tokens) if sums.tokens else (None, None)
         return TrainRecord(loss=loss, nll=nll, ppl=None if nll is None else math.exp(min(nll, 50)),
-                           tokens_per_s=tokens / max(sums["seconds"], 1e-9), skipped=len(skipped), **fields)
+                           tokens_per_s=sums.tokens / max(sums.seconds, 1e-9), skipped=len(sums.skipped), **fields)
+
+
+@dataclass
+class WindowSums:
+    """What a flushed window holds, summed over the ranks and the window's applied steps."""
+    loss: float
+    nll: float
+    tokens: float             # target tokens
+    seconds: float            # training time of the window (the ranks' mean time per step, summed)
+    skipped: list[int]        # the steps skipped on every rank
+    in_a_row: int             # steps skipped in a row up to the last one
 
 
 def read_rows(path: Path) -> list[dict]:

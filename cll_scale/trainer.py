@@ -427,16 +427,16 @@ class Trainer:
 
     # -- logging, validation, checkpoints, export -----------------------------------------------------
     def _log_train(self) -> dict:
-        sums, skipped, in_a_row = self.window.flush()      # the loop's one device read
-        for step in skipped:
+        sums = self.window.flush()      # the loop's one device read
+        for step in sums.skipped:
             self.log(f"step {step}: non-finite loss or gradients, or out of memory, on some rank; the step was "
                      f"skipped on every rank (weights and optimizer state unchanged)")
-        if in_a_row >= self.cfg.max_skips_in_a_row:
-            raise FloatingPointError(f"{in_a_row} steps in a row skipped (non-finite or out of memory) up to step "
+        if sums.in_a_row >= self.cfg.max_skips_in_a_row:
+            raise FloatingPointError(f"{sums.in_a_row} steps in a row skipped (non-finite or out of memory) up to step "
                                      f"{self.step}: training diverged or the batches do not fit; the last good "
                                      f"checkpoint is {self.checkpointer.latest()}")
         grad_norm = self.guard.grad_norm if self.guard else self.engine.get_global_grad_norm()
-        record = self.window.record(sums, skipped, step=self.step, lr=self.engine.get_lr()[0], epoch=self.epoch,
+        record = self.window.record(sums, step=self.step, lr=self.engine.get_lr()[0], epoch=self.epoch,
                                     grad_norm=None if grad_norm is None else float(grad_norm),
                                     elapsed_s=self.elapsed, tokens_seen=self.tokens_seen)
         self.metrics.write(record)

@@ -9,7 +9,8 @@ exports, type the sentence in a headless Chromium and save the page.
         --hyps docs/results/triangle-seeds/hyps/test_2016_flickr --hyps-names baseline_seed1,fcll_seed1 \\
         --data runs/study/shards/multi30k-triangle --split test_2016_flickr --direction de-cs
 
-``--text`` skips the choice. The chosen sentence, each model's stored output and its language are
+``--why-out docs/demo-why.png`` also saves the "Why this language?" tab for the last model on the
+same sentence. ``--text`` skips the choice. The chosen sentence, each model's stored output and its language are
 printed, so the caption under the screenshot can say what it shows.
 """
 from __future__ import annotations
@@ -94,10 +95,30 @@ def screenshot(models: list[str], args, text: str, direction: Direction) -> None
             page.wait_for_function("document.querySelectorAll('.pending').length == 0", timeout=60_000)
             page.wait_for_timeout(1000)
             page.screenshot(path=str(args.out), full_page=False)
+            if args.why_out:
+                why(page, models[-1], text, direction, args.why_out)
             browser.close()
     finally:
         server.terminate()
         server.wait()
+
+
+def why(page, model: str, text: str, direction: Direction, out: Path) -> None:
+    """The "Why this language?" tab for ``model`` (the last one, the CLL model) on the same sentence."""
+    page.get_by_role("tab", name="Why this language?").click()
+    for label, value in (("model to explain", model), ("language of the sentence", direction.src),
+                         ("language to translate into", direction.tgt)):
+        box = page.get_by_label(label).first
+        box.click()
+        box.fill(value)
+        box.press("Enter")
+    page.get_by_label("sentence to explain").fill(text)
+    page.get_by_role("button", name="Explain", exact=True).click()
+    page.wait_for_function("document.querySelectorAll('#why-table .why-row').length > 0", timeout=300_000)
+    page.wait_for_function("document.querySelectorAll('.pending').length == 0", timeout=60_000)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(out), full_page=True)
+    print(f"wrote {out}: {page.locator('#why-info').inner_text()}")
 
 
 def main(argv=None) -> int:
@@ -117,6 +138,8 @@ def main(argv=None) -> int:
     p.add_argument("--examples", default=str(ROOT.parent / "shared" / "data" / "multi30k"),
                    help="cll-demo --examples (empty: none)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "demo.png")
+    p.add_argument("--why-out", type=Path, help="also the 'Why this language?' tab for the last model "
+                                                "(e.g. docs/demo-why.png)")
     args = p.parse_args(argv)
     models = [spec.split("=", 1)[0] for spec in args.model]
     if args.text is None:

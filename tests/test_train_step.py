@@ -36,7 +36,7 @@ def test_steady_state_steps_read_no_device_value(m30k_centered, tmp_path):
             assert reads.pop(HOST_SIDE) == 1, (config, step, counts[step])
             if step % 5 == 0:
                 assert sum(reads.values()) <= 2, (config, step, reads)     # the log step's reads
-                assert all("cll_scale/metrics.py" in k or "train.py:_log_train" in k for k in reads), reads
+                assert all("cll_scale/metrics.py" in k or "cll_scale/trainer.py:_log_train" in k for k in reads), reads
             else:
                 assert reads == {}, (config, step, reads)
 
