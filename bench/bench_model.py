@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.config import PRESETS, ModelConfig  # noqa: E402
+from cll_scale.metrics import read_rows  # noqa: E402
 from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
 from cll_scale.precision import peak_bf16_tflops  # noqa: E402
 
@@ -259,7 +260,7 @@ def part_ranks(args, device):
             run = Path(tmp) / name.replace(" ", "")
             subprocess.run([*cmd, *common, "--run-dir", str(run)], cwd=ROOT, env=env, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+            rows = read_rows(run / "metrics.jsonl")
             rates = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r][1:]   # skip warm-up window
             res[name] = statistics.median(rates)
     return [{"1rank_tok_s": res["1 rank"], "2ranks_tok_s": res["2 ranks"],

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.engine import free_port  # noqa: E402
+from cll_scale.metrics import read_rows  # noqa: E402
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -429,9 +430,7 @@ LABELS = {
 # Training at the smallest scale
 
 def losses(run_dir: Path) -> dict[int, dict]:
-    path = run_dir / "metrics.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    return {r["step"]: r for r in rows if "loss" in r}
+    return {r["step"]: r for r in read_rows(run_dir / "metrics.jsonl") if "loss" in r}
 
 
 # cll-eval in a child that reports its own peak memory and its LID workers' on the way out.

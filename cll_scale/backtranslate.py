@@ -200,7 +200,7 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
     run = Path(cfg.out) / "run"
     recipe = fine_tuning_recipe(cfg, epoch_data, run, init_from=cfg.model, new_data=True, max_epochs=1.0,
                                 lr=cfg.lr, warmup_steps=cfg.warmup_steps, best_metric="")
-    Trainer(recipe, resume=has_checkpoints(run / "checkpoints")).train()
+    Trainer(recipe, resume=has_checkpoints(run / "checkpoints"), resume_hint=finetune.RESUME_HINT).train()
 
 
 def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:

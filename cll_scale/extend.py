@@ -187,18 +187,18 @@ def grow_model(model: CLLTransformer, lang: str, vocab_size: int, noise: float, 
     state = model.state_dict()
     new_state = grown.state_dict()
     gen = torch.Generator().manual_seed(seed)
-    emb = state["embed.weight"]                                  # (V_old, D)
+    emb = state[CLLTransformer.EMBEDDING]                        # (V_old, D)
     rows = torch.cat([emb[:cfg.pad_id], emb[cfg.pad_id + 1:]])   # the pad row is zero by design
     fresh = rows.mean(0) + noise * rows.std() * torch.randn(vocab_size - emb.shape[0], emb.shape[1], generator=gen)
-    new_state["embed.weight"] = torch.cat([emb, fresh.to(emb.dtype)])
+    new_state[CLLTransformer.EMBEDDING] = torch.cat([emb, fresh.to(emb.dtype)])
     new_slot = len(old_cfg.lsl_languages)
     for name in new_state:
-        if name == "embed.weight":
+        if name == CLLTransformer.EMBEDDING:
             continue
         if name in state:
             new_state[name] = state[name]
-        elif name == f"lsl.{new_slot}":               # the new language's LSLs: the average of every old one
-            new_state[name] = torch.stack([state[f"lsl.{i}"] for i in range(new_slot)]).mean(0)
+        elif name == CLLTransformer.lsl_name(new_slot):   # the new language's LSLs: the average of every old one
+            new_state[name] = torch.stack([state[CLLTransformer.lsl_name(i)] for i in range(new_slot)]).mean(0)
         else:
             raise RuntimeError(f"parameter {name} of the grown model has no source")
     grown.load_state_dict(new_state, strict=True)
@@ -208,7 +208,8 @@ def grow_model(model: CLLTransformer, lang: str, vocab_size: int, noise: float, 
 def old_cll_patterns(cfg: ModelConfig, new_lang: str) -> list[str]:
     """The existing languages' LSL Parameters, each holding its LSLs and t of every CLL layer
     (frozen: paper §4.4)."""
-    return [f"lsl.{i}" for i, x in enumerate(cfg.lsl_languages) if x != new_lang] if cfg.cll_layers else []
+    return ([CLLTransformer.lsl_name(i) for i, x in enumerate(cfg.lsl_languages) if x != new_lang]
+            if cfg.cll_layers else [])
 
 
 def build_init_export(cfg: ExtendConfig, data: Path) -> Path:
@@ -251,7 +252,7 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
     recipe = fine_tuning_recipe(cfg, data, run, init_from=str(init), freeze=frozen, lr=sched["lr"],
                                 warmup_steps=sched["warmup_steps"], schedule_offset=sched["step"],
                                 max_steps=cfg.max_steps)
-    Trainer(recipe, resume=has_checkpoints(run / "checkpoints")).train()
+    Trainer(recipe, resume=has_checkpoints(run / "checkpoints"), resume_hint=finetune.RESUME_HINT).train()
     return chosen_export(run)
 
 

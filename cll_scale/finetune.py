@@ -20,7 +20,6 @@ from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_repor
 from cll_scale.export import export_lang_tag
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_apart, check_owner, json_text, write_atomic
-from cll_scale.trainer import Interrupted
 from cll_scale.translate import TranslateConfig, Translator
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
@@ -67,6 +66,8 @@ def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], 
     write_atomic(path, json_text({"command": prog, "settings": settings, "identity": identity}, indent=1))
 
 
+# What a stopped fine-tuning says: its output directory holds the state, so the same command resumes.
+RESUME_HINT = "re-run the same command to resume"
 PATH_SETTINGS = ("model", "data", "corpus", "out")   # compared as absolute paths: `x` and `./x` are one
 
 
@@ -164,11 +165,7 @@ def command(prog: str, argv: list[str] | None, parser: argparse.ArgumentParser, 
     args = parser.parse_args(argv)
 
     def body() -> int:
-        try:
-            tables = run(config_from_args(config_cls, args), args.restart)
-        except Interrupted as stop:
-            stop.hint = "re-run the same command to resume"
-            raise
+        tables = run(config_from_args(config_cls, args), args.restart)
         if tables:       # rank 0
             print_tables(prog, argv, tables)
         return 0

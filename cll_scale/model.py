@@ -264,6 +264,16 @@ class DecoderLayer(nn.Module):
 class CLLTransformer(nn.Module):
     """Encoder-decoder with tied embeddings/output projection and CLL in ``cfg.cll_layers``."""
 
+    # The parameters that belong to one language, by name, for code that edits a trained model
+    # (cll-extend grows the vocabulary and adds a language's LSLs): the shared embedding (input
+    # and output, tied) and each LSL language's one Parameter holding its LSLs and t of every layer.
+    EMBEDDING = "embed.weight"
+
+    @staticmethod
+    def lsl_name(slot: int) -> str:
+        """The Parameter of the LSL language in ``slot`` (``cfg.lsl_languages`` order)."""
+        return f"lsl.{slot}"
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg

@@ -35,8 +35,9 @@ from cll_scale.validator import Validator
 
 class Interrupted(RuntimeError):
     """Training was asked to stop (SIGTERM, SIGUSR1) and checkpointed first: re-run to resume."""
+    HINT = "the same command with --resume continues from there"
 
-    def __init__(self, signum: int, step: int, hint: str = "the same command with --resume continues from there"):
+    def __init__(self, signum: int, step: int, hint: str = HINT):
         # signum 0: this rank got no signal, another one did (every rank stops at the same step)
         self.step, self.exit_code, self.hint = step, 128 + (signum or signal.SIGTERM), hint
         by = signal.Signals(signum).name if signum else "a stop signal to another rank"
@@ -118,7 +119,9 @@ class Trainer:
     non-finite step is decided on the device (:class:`GuardedAdamW`), and the per-step agreement
     between ranks (stop signal, budget) travels over a host-side group."""
 
-    def __init__(self, recipe: dict, resume: bool = False):
+    def __init__(self, recipe: dict, resume: bool = False, resume_hint: str = Interrupted.HINT):
+        """``resume_hint``: how the command that runs this Trainer continues after a stop signal."""
+        self.resume_hint = resume_hint
         set_threads()
         self.rank, self.world, _ = ds.init_distributed()
         data_dir = recipe.get("train", {}).get("data")
@@ -317,7 +320,7 @@ class Trainer:
                 bar.close()
                 self.save()
                 ds.shutdown()      # every rank is here: the process is about to end
-                raise Interrupted(self.stop.signum, self.step)
+                raise Interrupted(self.stop.signum, self.step, self.resume_hint)
             if self.validator.due(self.step):
                 last.update(self._validate_and_select())
             if self.checkpointer.due(self.step):

@@ -304,3 +304,13 @@ def test_host_language_runs_route_like_the_device_sort():
     assert model.lang_groups(shuffled, runs).order is not None
     assert torch.equal(model(src, model.shift_right(tgt), shuffled, lang_runs=runs),
                        model(src, model.shift_right(tgt), shuffled))
+
+
+def test_the_names_that_extend_edits_are_the_models_own():
+    """cll-extend grows a trained model by name (the tied embedding, one LSL Parameter per
+    language): the names the model publishes are the ones its state holds."""
+    cfg = ModelConfig(**{**PRESETS["tiny"], "vocab_size": 64, "languages": ["en", "de", "fr"], "central_language": "en",
+                         "variant": "fcll"})
+    names = dict(CLLTransformer(cfg).named_parameters())
+    assert CLLTransformer.EMBEDDING in names
+    assert [CLLTransformer.lsl_name(i) for i in range(len(cfg.lsl_languages))] == [n for n in names if n.startswith("lsl.")]
