@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 16, 64])
     p.add_argument("--src-len", type=int, default=20)
     p.add_argument("--out-len", type=int, default=32)
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--beam", type=int, default=DecodeConfig.beam)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu")

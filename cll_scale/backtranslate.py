@@ -23,7 +23,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +33,11 @@ from cll_scale import engine as ds
 from cll_scale import finetune
 from cll_scale.checkpointer import has_checkpoints
 from cll_scale.decoding import DecodeConfig
-from cll_scale.finetune import FineTuneSettings, before_after, fine_tuning_recipe, open_output
+from cll_scale.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, json_text, write_atomic
-from cll_scale.trainer import Trainer, set_threads
+from cll_scale.trainer import Trainer
 from cll_scale.translate import TranslateConfig, Translator
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
@@ -204,39 +204,31 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
 
 
 def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
-    set_threads()
-    rank, world, _ = ds.init_distributed()
-    cfg.check()
+    # More epochs or another evaluation may be asked of a run.
+    return finetune.run_command("cll-bt", cfg, restart, {"epochs", "eval_splits", "eval_max_sentences", "eval_beam"},
+                                BTConfig.check, lambda rank, world, device: epochs(cfg, rank, world, device))
+
+
+def epochs(cfg: BTConfig, rank: int, world: int, device) -> Comparison:
+    """The epochs not done yet: generate with the latest model, build that epoch's data, train."""
     out = Path(cfg.out)
-    # More epochs or another evaluation may be asked of a run; anything else would mix two runs.
-    lock = open_output(out, "cll-bt", asdict(cfg), {"epochs", "eval_splits", "eval_max_sentences", "eval_beam"},
-                       restart, rank)
-    try:
-        state_path = out / "bt.json"
-        state = json.loads(state_path.read_text()) if state_path.exists() else {"epochs_done": 0}
-        device = ds.device()
-        for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
-            current = cfg.model if epoch == 1 else out / "run" / "export"
-            translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))
-            chunks, speed = generate(cfg, translator, epoch, rank, world)
-            ds.barrier()
-            if rank == 0:
-                build_epoch_data(cfg, epoch, len(chunks), translator.sp)
-            ds.barrier()
-            train_epoch(cfg, out / "data" / f"epoch-{epoch}")
-            if rank == 0:
-                state = {"epochs_done": epoch, "generation": {**state.get("generation", {}), str(epoch): speed}}
-                write_atomic(state_path, json_text(state, indent=1))
-            ds.barrier()
-        ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
-                             # out a long evaluation in a collective would hit the group's timeout
-        if rank != 0:
-            return {}
-        return before_after({"before": cfg.model, f"after {cfg.epochs} BT epochs": out / "run" / "export"},
-                            cfg.data, cfg.eval_splits, cfg.data, cfg.eval_beam, cfg.eval_max_sentences, out, device)
-    finally:
-        if lock is not None:
-            lock.release()
+    state_path = out / "bt.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {"epochs_done": 0}
+    for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
+        current = cfg.model if epoch == 1 else out / "run" / "export"
+        translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))
+        chunks, speed = generate(cfg, translator, epoch, rank, world)
+        ds.barrier()
+        if rank == 0:
+            build_epoch_data(cfg, epoch, len(chunks), translator.sp)
+        ds.barrier()
+        train_epoch(cfg, out / "data" / f"epoch-{epoch}")
+        if rank == 0:
+            state = {"epochs_done": epoch, "generation": {**state.get("generation", {}), str(epoch): speed}}
+            write_atomic(state_path, json_text(state, indent=1))
+        ds.barrier()
+    return Comparison({"before": cfg.model, f"after {cfg.epochs} BT epochs": out / "run" / "export"}, cfg.data,
+                      cfg.data)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -148,7 +148,8 @@ class TrainConfig:
 
     data: str = ""                       # shard directory (cll-shards build)
     run_dir: str = "runs/default"
-    ds_config: str = "auto"              # a ds_configs/*.json; "auto": cpu_bf16 / gpu_bf16
+    ds_config: str = "auto"              # a ds_configs/*.json; "auto": gpu_bf16 on CUDA, on a CPU cpu_bf16 where
+                                         # bf16 runs faster than fp32 (avx512_bf16, AMX), else cpu_fp32 (precision.py)
     # optimisation
     lr: float = 7e-4
     warmup_steps: int = 4000

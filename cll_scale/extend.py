@@ -40,13 +40,12 @@ from cll_scale.checkpointer import chosen_export, has_checkpoints
 from cll_scale.cli import csv_list
 from cll_scale.config import ModelConfig
 from cll_scale.export import export_lang_tag, load_export, write_export
-from cll_scale.finetune import (FineTuneSettings, before_after, check_fine_tuning_inputs, fine_tuning_recipe,
-                                open_output)
+from cll_scale.finetune import Comparison, FineTuneSettings, check_fine_tuning_inputs, fine_tuning_recipe
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
 from cll_scale.outputs import atomic_dir, json_text, write_atomic
-from cll_scale.trainer import Trainer, set_threads
+from cll_scale.trainer import Trainer
 
 @dataclass
 class ExtendConfig(FineTuneSettings):
@@ -257,28 +256,19 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
 
 
 def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
-    set_threads()
-    rank = ds.init_distributed()[0]
-    check_inputs(cfg)
+    return finetune.run_command("cll-extend", cfg, restart, {"max_steps", "eval_splits", "eval_max_sentences", "eval_beam"},
+                                check_inputs, lambda rank, world, device: extend(cfg, rank))
+
+
+def extend(cfg: ExtendConfig, rank: int) -> Comparison:
+    """Build the merged data and the grown model once (rank 0; the others wait), then fine-tune."""
     out = Path(cfg.out)
-    lock = open_output(out, "cll-extend", dataclasses.asdict(cfg),
-                       {"max_steps", "eval_splits", "eval_max_sentences", "eval_beam"}, restart, rank)
-    try:
-        data, init = out / "data", out / "init-export"
-        if rank == 0:           # preparation once; the other ranks wait for it
-            data = build_data(cfg)
-            init = build_init_export(cfg, data)
-        ds.barrier()
-        tuned = fine_tune(cfg, data, init)
-        device = ds.device()
-        ds.shutdown()        # before rank 0's evaluation (see cll_scale.backtranslate.run)
-        if rank != 0:
-            return {}
-        return before_after({"original": cfg.model, f"+{cfg.lang}": tuned}, data, cfg.eval_splits, cfg.corpus,
-                            cfg.eval_beam, cfg.eval_max_sentences, out, device)
-    finally:
-        if lock is not None:
-            lock.release()
+    data, init = out / "data", out / "init-export"
+    if rank == 0:
+        data = build_data(cfg)
+        init = build_init_export(cfg, data)
+    ds.barrier()
+    return Comparison({"original": cfg.model, f"+{cfg.lang}": fine_tune(cfg, data, init)}, data, cfg.corpus)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,8 @@ import argparse
 import json
 import shutil
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from cll_scale import engine as ds
@@ -20,6 +21,7 @@ from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_repor
 from cll_scale.export import export_lang_tag
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_apart, check_owner, json_text, write_atomic
+from cll_scale.trainer import set_threads
 from cll_scale.translate import TranslateConfig, Translator
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
@@ -127,6 +129,40 @@ def check_fine_tuning_inputs(cfg: "FineTuneSettings", manifest: Manifest, data: 
         raise ValueError(f"--max-tokens {cfg.max_tokens} cannot hold the longest pair of {data} "
                          f"({manifest.max_tokens} tokens + tag + eos): give at least {longest}")
     check_apart(out, inputs)
+
+
+@dataclass
+class Comparison:
+    """What a fine-tuning command compares when its work is done: each model's export, the shard
+    directory whose test splits score them, and the corpus name the tables give as their source."""
+    models: dict[str, str | Path]
+    data: str | Path
+    corpus: str | Path
+
+
+def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Callable,
+                work: Callable[[int, int, object], Comparison]) -> dict[str, str]:
+    """The run of cll-bt and cll-extend: one thread per rank, the process group, ``check(cfg)``,
+    ``--out`` owned and locked (``may_change``: the settings a rerun may change; anything else
+    would mix two runs), ``work(rank, world, device)`` on every rank, then the before/after
+    tables on rank 0 ({} on the others)."""
+    set_threads()
+    rank, world, _ = ds.init_distributed()
+    check(cfg)
+    out = Path(cfg.out)
+    lock = open_output(out, prog, asdict(cfg), may_change, restart, rank)
+    try:
+        device = ds.device()
+        done = work(rank, world, device)
+        ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
+                             # out a long evaluation in a collective would hit the group's timeout
+        if rank != 0:
+            return {}
+        return before_after(done.models, done.data, cfg.eval_splits, done.corpus, cfg.eval_beam,
+                            cfg.eval_max_sentences, out, device)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def before_after(models: dict[str, str | Path], data: str | Path, splits: list[str], test_name: str, beam: int,

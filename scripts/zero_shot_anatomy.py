@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, help="shard directory whose manifest names the zero-shot directions")
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--max-sentences", type=int, default=300)
-    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--beam", type=int, default=DecodeConfig.beam)
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     pairs = pairs_from_shards(args.data, args.split)
