@@ -1,7 +1,8 @@
 """Rewrite committed ``cll-repro`` reports from their records alone, into another directory, and
 say whether each came out byte-identical: the check that a change to cll-repro left its reports
 as they were. Nothing is trained or decoded (a record has no weights; its evaluations are cached
-beside the report), and no shard is built.
+beside the report; a finished run still on this machine is read from the same cache), and no
+shard is built.
 
     .venv/bin/python scripts/rewrite_reports.py docs/results/triangle-seeds.md docs/results/centered-seeds.md
     .venv/bin/python scripts/rewrite_reports.py --all          # every report under docs/results with records
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from cll_scale.evaluate import lid_pool  # noqa: E402
 from cll_scale.repro.cli import build_parser, study_of  # noqa: E402
 from cll_scale.repro.evaluations import Evaluations  # noqa: E402
-from cll_scale.repro.records import is_record  # noqa: E402
+from cll_scale.repro.records import finished, is_record  # noqa: E402
 from cll_scale.repro.study import Reproduction  # noqa: E402
 
 COMMAND = re.compile(r"^Command: `(cll-repro .*)`$", re.M)
@@ -55,7 +56,8 @@ def rewrite(report: Path, scratch: Path) -> tuple[Path, list[str]]:
     with lid_pool(0) as pool:
         r.evaluations = Evaluations(study.evaluation, r.shards, r.figs, pool)
         for name, run_dir in r.runs.items():
-            if is_record(run_dir):
+            # a record, or a finished run still on this machine (its evaluation is cached too)
+            if is_record(run_dir) or finished(run_dir, study.budget):
                 r.settle(name)
         path = r.report()
     differ = [p.name for p in [path, *sorted(r.figs.glob("*.json"))]
