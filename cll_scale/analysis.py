@@ -137,6 +137,8 @@ def attribute(model: CLLTransformer, ex: Example, n_steps: int = 32, internal_ba
     ones = torch.ones(t, 1, device=ex.target.device)
     targets = list(range(t))              # row i explains token i
     try:
+        with torch.no_grad():             # the model as it is: the same for every component
+            full = token_log_probs(model, ex)[0]
         for (layer, name), module in model.components().items():
             if name not in components or (name.startswith("lsl") and not has_lsl):
                 continue
@@ -149,17 +151,13 @@ def attribute(model: CLLTransformer, ex: Example, n_steps: int = 32, internal_ba
                                           internal_batch_size=internal_batch_size or None,
                                           return_convergence_delta=True)
                 with torch.no_grad():
-                    diag = torch.arange(t)
-                    full = scores(ones)[diag, diag]
-                    removed = scores(torch.zeros_like(ones))[diag, diag]
+                    removed = scores(torch.zeros(1, 1, device=ones.device))[0]     # the component at zero
             values[name][layer] = attr.sum(dim=tuple(range(1, attr.dim()))).tolist()
             effect[name][layer] = (full - removed).tolist()
             delta[name][layer] = gap.tolist()
-        with torch.no_grad():
-            log_probs = token_log_probs(model, ex)[0].tolist()
     finally:
         model.train(was_training)
-    return Attribution(ex, values, effect, delta, log_probs)
+    return Attribution(ex, values, effect, delta, full.tolist())
 
 
 # -- token classes of the summary -----------------------------------------------------------------

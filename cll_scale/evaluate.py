@@ -298,7 +298,7 @@ def evaluate_entries(translator: Translator, name: str, pairs: dict[str, tuple[l
     if omit_lang_tag and translator.lang_tag:
         settings.append((name + TAG_OMITTED, True, True, "tag-omitted"))
     elif omit_lang_tag:
-        log(f"{name}: trained without language tags, so no '{TAG_OMITTED.strip(' ()')}' entry")
+        log(f"{name}: trained without language tags, so no 'tag omitted' entry")
     entries = {}
     for entry, use_lsl, omit_tag, setting in settings:
         log(f"{entry}:")

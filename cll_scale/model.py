@@ -102,7 +102,6 @@ class Attention(nn.Module):
             y = y.view(k.shape[0], h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)
         return self.out(y.transpose(1, 2).reshape(b, t, h * dh))
 
-
     def _attend_keeping_weights(self, q, k, v, mask, causal: bool) -> torch.Tensor:
         """What ``scaled_dot_product_attention`` computes (without dropout), with the weights kept."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])           # (B, H, T, S)

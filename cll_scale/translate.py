@@ -170,13 +170,15 @@ class Translator:
         model trained without tags. ``omit_tag`` drops the tag of a model trained with it (paper
         Table 8: the tag removed at test time)."""
         self.check_omit_tag(omit_tag)
+        return self._encode(text, tgt, self.lang_tag and not omit_tag)
+
+    def _encode(self, text: str, tgt: str, tag: bool) -> list[int]:
         ids = self.sp.encode(text)
         if len(ids) > self.max_src:
             # ascii(): the user's bytes (escape sequences, control characters) never reach the terminal raw
             log.warning("input of %d subwords truncated to %d: %s...", len(ids), self.max_src, ascii(text[:60]))
             ids = ids[:self.max_src]
-        tag = [self.manifest.tokenizer.lang_tag_ids[tgt]] if self.lang_tag and not omit_tag else []
-        return tag + ids + [self.eos]
+        return ([self.manifest.tokenizer.lang_tag_ids[tgt]] if tag else []) + ids + [self.eos]
 
     @torch.no_grad()
     def translate(self, sentences: list[str], tgt_lang: str | list[str], use_lsl: bool = True,
@@ -193,7 +195,8 @@ class Translator:
         texts = [s.strip() if isinstance(s, str) else "" for s in sentences]
         results: list = [[""] * n_best if n_best > 1 else "" for _ in texts]
         todo = [i for i, s in enumerate(texts) if s]
-        encoded = {i: self.encode(texts[i], tgts[i], omit_tag) for i in todo}
+        tag = self.lang_tag and not omit_tag
+        encoded = {i: self._encode(texts[i], tgts[i], tag) for i in todo}
         todo.sort(key=lambda i: len(encoded[i]))
         for batch in self._batches(todo, encoded):
             hyps = self._translate_batch([encoded[i] for i in batch], [lang_ids[i] for i in batch],

@@ -13,9 +13,8 @@ from cll_scale.decoding import DecodeConfig
 from cll_scale.repro import __doc__ as DOC
 from cll_scale.repro.evaluations import EvalSettings
 from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
+from cll_scale.repro.scheduler import ROOT
 from cll_scale.repro.study import Reproduction, Study
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def seed_list(text: str) -> list[int]:
