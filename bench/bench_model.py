@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from cll_scale.config import PRESETS, ModelConfig  # noqa: E402
 from cll_scale.metrics import read_rows  # noqa: E402
-from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
+from cll_scale.model import CLLTransformer, label_smoothed_loss, train_flops  # noqa: E402
 from cll_scale.precision import peak_bf16_tflops  # noqa: E402
 
 LANGS16 = ["en", "de", "fr", "cs", "es", "it", "nl", "pt", "ro", "ru", "pl", "sv", "fi", "hu", "el", "tr", "bg"]
@@ -86,17 +86,6 @@ def interleave(steps: dict, n: int, device, warmup: int = 2) -> dict[str, float]
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def step_flops(cfg: ModelConfig, b: int, s: int, t: int) -> float:
-    """Matmul FLOPs of one training step (forward × 3), attention included."""
-    d, f, v, r = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.lsl_dim
-    enc = cfg.encoder_layers * (2 * b * s * (4 * d * d + 2 * d * f) + 4 * b * s * s * d)
-    dec = cfg.decoder_layers * (2 * b * t * (4 * d * d + 2 * d * d + 2 * d * f) + 2 * b * s * 2 * d * d
-                                + 4 * b * t * t * d + 4 * b * t * s * d)
-    cll = len(cfg.cll_layers) * 2 * b * t * 2 * d * r
-    out = 2 * b * t * d * v
-    return 3.0 * (enc + dec + cll + out)
-
-
 def matmul_probe(device, dtype, n=1024):
     """A square matmul whose FLOP rate is the machine's practical peak; timed alongside the
     step it is compared with, so both see the same (shared, noisy) machine."""
@@ -128,7 +117,7 @@ def part_fcll(args, device):
         steps.update({f"{v} mixed": (lambda i, v=v: our_step(models[v], opts[v], mixed[i % 16])) for v in models})
         med = interleave(steps, args.steps, device)
         cfg = models["fcll"].cfg
-        flop_ratio = step_flops(cfg, b, s, t) / step_flops(models["baseline"].cfg, b, s, t)
+        flop_ratio = train_flops(cfg, b, s, t) / train_flops(models["baseline"].cfg, b, s, t)
         rows.append({"dtype": str(dtype).split(".")[-1], "fcll_over_baseline": med["fcll"] / med["baseline"],
                      "fcll_over_baseline_mixed": med["fcll mixed"] / med["baseline mixed"],
                      "fcll_mixed_over_fcll": med["fcll mixed"] / med["fcll"],
@@ -232,7 +221,7 @@ def part_mfu(args, device):
             probe, probe_flops = matmul_probe(device, dtype)
             meds = interleave({"step": lambda i: our_step(model, opt, batch), "peak": probe}, args.steps, device)
             med = meds["step"]
-            flops = step_flops(model.cfg, b, s, t)
+            flops = train_flops(model.cfg, b, s, t)
             peak = gpu_peak(args) * 1e12 if device.type == "cuda" else probe_flops / meds["peak"]
             per_dtype[dtype] = med
             rows.append({"preset": preset, "dtype": str(dtype).split(".")[-1], "tok_s": b * t / med,
@@ -251,8 +240,8 @@ def part_ranks(args, device):
     res = {}
     with tempfile.TemporaryDirectory() as tmp:
         common = ["--data", str(shards), "--preset", "small", "--max-steps", str(args.rank_steps),
-                  "--set", "train.log_every=5", "--set", "train.valid_every=100000", "--set", "train.export=false",
-                  "--set", "data.max_tokens=2048", "--set", "train.ckpt_every=100000"]
+                  "--set", "log.every=5", "--set", "valid.every=100000", "--set", "checkpoint.export=false",
+                  "--set", "data.max_tokens=2048", "--set", "checkpoint.every=100000"]
         launches = {"1 rank": [sys.executable, "-m", "cll_scale.train"],
                     "2 ranks": [str(Path(sys.executable).with_name("deepspeed")), "--num_gpus", "2",
                                 "--master_port", "29591", "--module", "cll_scale.train"]}

@@ -450,9 +450,9 @@ def train_section(shards: Path, out: Path, steps: int, ckpt: int, eval_sentences
     resumed losses against the uninterrupted ones; export; cll-eval on two zero-shot directions,
     then on every test direction (``eval_sentences`` each) to see what the number of directions costs."""
     base = ["--data", str(shards), "--preset", "tiny", "--variant", "fcll", "--ds-config", "cpu_fp32.json",
-            "--max-steps", str(steps), "--set", "train.log_every=1", "--set", "train.valid_every=100000",
-            "--set", f"train.ckpt_every={ckpt}", "--set", "train.valid_max_sentences=200",
-            "--set", "data.max_tokens=1024", "--set", "train.lr=3e-3", "--set", "train.warmup_steps=10"]
+            "--max-steps", str(steps), "--set", "log.every=1", "--set", "valid.every=100000",
+            "--set", f"checkpoint.every={ckpt}", "--set", "valid.max_sentences=200",
+            "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10"]
 
     def launch(run_dir: Path, *extra) -> list[str]:
         return [DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module", "cll_scale.train",

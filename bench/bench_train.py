@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from cll_scale import engine as ds  # noqa: E402
 from cll_scale import precision  # noqa: E402
 from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
+from cll_scale.run import build_run  # noqa: E402
 from cll_scale.trainer import Trainer  # noqa: E402
 
 
@@ -70,8 +71,8 @@ def sync(device):
 def plain_step_fn(trainer: Trainer):
     """The same architecture, initial weights and precision as the trainer, trained by hand."""
     dtype = torch.bfloat16 if trainer.engine.bfloat16_enabled() else torch.float32
-    torch.manual_seed(trainer.cfg.seed)
-    model = CLLTransformer(trainer.model_cfg).to(trainer.device, dtype=dtype).train()
+    torch.manual_seed(trainer.cfg.train.seed)
+    model = CLLTransformer(trainer.cfg.model).to(trainer.device, dtype=dtype).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
     def step(batch):
@@ -79,8 +80,8 @@ def plain_step_fn(trainer: Trainer):
         logits = model(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs)
         loss, _ = label_smoothed_loss(logits, dev.tgt_tokens, model.cfg.pad_id, 0.1)
         (loss / batch.ntokens).backward()
-        if trainer.cfg.clip_norm:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.cfg.clip_norm, foreach=True)
+        if trainer.cfg.optim.clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.cfg.optim.clip_norm, foreach=True)
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
@@ -124,13 +125,13 @@ def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | 
         path.write_text(json.dumps(ds_config))
         ds_config = str(path)
     train = {"data": args.data, "run_dir": str(run_dir), "ds_config": ds_config, "max_steps": 10 ** 9,
-             "log_every": args.block_steps, "valid_every": 10 ** 9, "ckpt_every": 10 ** 9, "export": False,
-             "warmup_steps": 100, "compile": compile_backend}
-    if clip_norm is not None:
-        train["clip_norm"] = clip_norm
+             "compile": compile_backend}
+    optim = {"warmup_steps": 100, **({} if clip_norm is None else {"clip_norm": clip_norm})}
     recipe = {"preset": args.preset, "model": {"variant": args.variant},
-              "data": {"max_tokens": args.max_tokens, "verify": "size"}, "train": train}
-    return Trainer(recipe)
+              "data": {"max_tokens": args.max_tokens, "verify": "size"}, "train": train, "optim": optim,
+              "log": {"every": args.block_steps}, "valid": {"every": 10 ** 9},
+              "checkpoint": {"every": 10 ** 9, "export": False}}
+    return Trainer(build_run(recipe))
 
 
 def base_config(args, device) -> dict:
@@ -170,10 +171,9 @@ def variants(args, device) -> list[tuple[str, dict, float | None]]:
 
 def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
     """A training step of ``model`` through the DeepSpeed engine, as cll-train builds it."""
-    from cll_scale.config import TrainConfig
-    from cll_scale.optim import GuardedAdamW
-    cfg = TrainConfig(lr=1e-4, warmup_steps=100)
-    ds_cfg = ds.make_ds_config(ds_cfg_path, cfg, 1, tmp)
+    from cll_scale.optim import GuardedAdamW, OptimConfig
+    cfg = OptimConfig(lr=1e-4, warmup_steps=100)
+    ds_cfg = ds.make_ds_config(ds_cfg_path, cfg, 1, 1, tmp)
     holder = {}
 
     def optimizer(m):

@@ -74,7 +74,7 @@ if [ "$PARTS" = all ] || [ "$PARTS" = decode ]; then
   RUN=/tmp/cll-gpu-eval-run
   rm -rf "$RUN"
   step train_small 90 $PY -m cll_scale.train --data "$SHARDS" --preset small --run-dir "$RUN" --max-steps 300 \
-    --set data.max_tokens=16000 --set train.warmup_steps=100 --set train.valid_every=1000
+    --set data.max_tokens=16000 --set optim.warmup_steps=100 --set valid.every=1000
   step eval_small 120 $PY -m cll_scale.evaluate --model small="$RUN/export" --data "$SHARDS" \
     --split test_2016_flickr --beam 4 --device cuda --out "$OUT_DIR/eval_small"
   [ -f "$OUT_DIR/eval_small/results.json" ] && $PY -c "import json,sys; r=json.load(open(sys.argv[1])); \

@@ -31,13 +31,11 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale import finetune
-from cll_scale.checkpointer import has_checkpoints
 from cll_scale.decoding import DecodeConfig
 from cll_scale.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, Shard
 from cll_scale.outputs import atomic_dir, json_text, write_atomic
-from cll_scale.trainer import Trainer
 from cll_scale.translate import TranslateConfig, Translator
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
@@ -198,9 +196,8 @@ def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
 
 def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
     run = Path(cfg.out) / "run"
-    recipe = fine_tuning_recipe(cfg, epoch_data, run, init_from=cfg.model, new_data=True, max_epochs=1.0,
-                                lr=cfg.lr, warmup_steps=cfg.warmup_steps, best_metric="")
-    Trainer(recipe, resume=has_checkpoints(run / "checkpoints"), resume_hint=finetune.RESUME_HINT).train()
+    finetune.train_run(fine_tuning_recipe(cfg, epoch_data, run, {"lr": cfg.lr, "warmup_steps": cfg.warmup_steps},
+                                          {"best_metric": ""}, init_from=cfg.model, new_data=True, max_epochs=1.0))
 
 
 def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:

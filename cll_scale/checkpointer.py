@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,7 +25,21 @@ from cll_scale.cli import EXIT_FILES
 from cll_scale.export import write_export
 from cll_scale.outputs import json_text, write_atomic
 
-BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (TrainConfig.best_metric)
+BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (ValidConfig.best_metric)
+
+
+@dataclass
+class CheckpointConfig:
+    """The recipe's ``checkpoint`` section."""
+    # The help texts are cll-train's flags (cll_scale.config.add_recipe_arguments).
+    every: int = field(default=1000, metadata={"help": "save a checkpoint every this many steps"})
+    keep_last: int = field(default=3, metadata={"help": "complete checkpoints kept (older ones are deleted)"})
+    export: bool = field(default=True, metadata={
+        "help": "write export/ at the end (and export-best/ on a new best validation score)"})
+
+    def __post_init__(self):
+        if self.every < 1 or self.keep_last < 1:
+            raise ValueError("checkpoint.every and checkpoint.keep_last must be >= 1")
 
 
 def chosen_export(run_dir: str | os.PathLike) -> Path:
@@ -119,14 +134,35 @@ def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
     return len(list((ckpt_dir / tag).glob("*optim_states.pt")))
 
 
+def upgrade_client_state(client: dict) -> dict:
+    """A checkpoint's client state in today's layout: one entry per registered state. Checkpoints
+    written before the states were registered kept the train state's fields at the top level,
+    and ``streams``/``rng`` lists beside them."""
+    if "train" in client:
+        return client
+    train = {k: client[k] for k in ("step", "elapsed", "tokens_seen") if k in client}
+    streams = [{"data": client.get("data"), "stream": s} for s in client["streams"]]
+    return {"train": train, "stream": streams, "rng": client["rng"]}
+
+
 class Checkpointer:
-    def __init__(self, run_dir: Path, every: int, keep_last: int, rank: int):
-        self.run_dir, self.every, self.keep_last, self.rank = run_dir, every, keep_last, rank
+    """Saves and restores the engine and the registered states. A state is any object with
+    ``state_dict()`` / ``load_state_dict(state)``; a per-rank state (the stream's position, the
+    RNG) is gathered from every rank on save, and on a resume at another world size is given the
+    first rank's state with ``strict_world=False``."""
+    Config = CheckpointConfig
+
+    def __init__(self, cfg: CheckpointConfig, run_dir: Path, rank: int):
+        self.cfg, self.run_dir, self.rank = cfg, run_dir, rank
         self.dir = run_dir / "checkpoints"
+        self.states: dict[str, tuple[object, bool]] = {}       # name -> (state, per rank)
         self._saved: tuple[int | None, str | None] = (None, None)   # newest (step, tag) of this process
 
+    def register(self, name: str, state, per_rank: bool = False) -> None:
+        self.states[name] = (state, per_rank)
+
     def due(self, step: int) -> bool:
-        return step % self.every == 0
+        return step % self.cfg.every == 0
 
     def latest(self) -> str | None:
         return latest_tag(self.dir)
@@ -163,14 +199,18 @@ class Checkpointer:
             write_atomic(self.dir / "latest", tag)
         ds.barrier()
 
-    def save(self, engine, step: int, client_state) -> str:
-        """Save ``step`` on every rank (``client_state()`` is called only when a save happens)."""
+    def client_state(self) -> dict:
+        return {name: ds.all_gather_object(state.state_dict()) if per_rank else state.state_dict()
+                for name, (state, per_rank) in self.states.items()}
+
+    def save(self, engine, step: int) -> str:
+        """Save ``step`` with every registered state, on every rank."""
         if self._saved[0] == step:            # validation already saved this step
             return self._saved[1]
         tag = tag_for(step)
         if self.latest() == tag:              # resumed with the budget spent: never rewrite the latest
             return tag
-        state = client_state()
+        state = self.client_state()
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             ds.save_checkpoint(engine, self.dir, tag, state)
@@ -201,14 +241,24 @@ class Checkpointer:
         older = sorted((p.name for p in self.dir.glob("step*")
                         if p.is_dir() and not p.name.endswith("_universal") and p.name < tag), reverse=True)
         complete = [t for t in older if checkpoint_problem(self.dir, t) is None]
-        kept = set(complete[:self.keep_last - 1])
+        kept = set(complete[:self.cfg.keep_last - 1])
         for old in older:
             if old not in kept:
                 shutil.rmtree(self.dir / old, ignore_errors=True)
                 shutil.rmtree(self.dir / f"{old}_universal", ignore_errors=True)
 
-    def restore(self, engine, tag: str) -> dict:
-        return ds.load_checkpoint(engine, self.dir, tag)
+    def load(self, engine, tag: str, world: int, universal: bool) -> None:
+        """Restore the engine and every registered state from ``tag``. A per-rank state comes
+        back on the same rank when the world size is the one it was saved at; otherwise every
+        rank gets the first rank's state with ``strict_world=False``."""
+        client = upgrade_client_state(ds.load_checkpoint(engine, self.dir, tag))
+        for name, (state, per_rank) in self.states.items():
+            if not per_rank:
+                state.load_state_dict(client[name])
+            elif len(client[name]) == world and not universal:
+                state.load_state_dict(client[name][self.rank])
+            else:
+                state.load_state_dict(client[name][0], strict_world=False)
 
     def export(self, tag: str, frozen: dict[str, torch.Tensor], model_cfg, data: str, info: dict,
                name: str = "export") -> Path | None:

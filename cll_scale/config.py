@@ -1,20 +1,40 @@
-"""Typed configs: one owner per setting.
+"""Typed configs: one owner per setting, and the recipe that gathers them.
 
-* :class:`ModelConfig` — the network (with size presets, :data:`PRESETS`);
-* :class:`cll_scale.stream.StreamConfig` — what the data stream feeds;
-* :class:`TrainConfig` — optimisation, budget, checkpoints and logging.
+A recipe has one section per component, each a dataclass beside the component that uses it:
 
-DeepSpeed's JSON files in ``ds_configs/`` hold engine settings only (ZeRO stage, precision,
-offload, monitor); batch size, accumulation, clipping and learning rate come from here and are
-filled in by :func:`cll_scale.engine.make_ds_config`.
+=============  ==============================================  ==============================
+section        dataclass                                       used by
+=============  ==============================================  ==============================
+``model``      :class:`ModelConfig` (size presets: PRESETS)    :mod:`cll_scale.model`
+``data``       :class:`cll_scale.stream.StreamConfig`          the training stream
+``optim``      :class:`cll_scale.optim.OptimConfig`            AdamW and its schedule
+``checkpoint`` :class:`cll_scale.checkpointer.CheckpointConfig` checkpoints and exports
+``valid``      :class:`cll_scale.validator.ValidConfig`        validation and model selection
+``log``        :class:`cll_scale.metrics.LogConfig`            metrics.jsonl, the monitor, MFU
+``train``      :class:`TrainConfig`                            the run: data, budget, precision
+=============  ==============================================  ==============================
+
+Every field with ``metadata={"help": ...}`` is also a ``cll-train`` flag (``--optim.lr``),
+its default and help written once, here (:func:`add_recipe_arguments`). DeepSpeed's JSON files in
+``ds_configs/`` hold engine settings only (ZeRO stage, precision, offload, monitor); batch size,
+accumulation, clipping and learning rate are filled in by :func:`cll_scale.engine.make_ds_config`.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:       # the sections' own modules import this one
+    from cll_scale.checkpointer import CheckpointConfig
+    from cll_scale.metrics import LogConfig
+    from cll_scale.optim import OptimConfig
+    from cll_scale.stream import StreamConfig
+    from cll_scale.validator import ValidConfig
 
 VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
 RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
@@ -26,40 +46,52 @@ LSL_DROPOUTS = ("authors", "double")
 LEGACY_MODEL = {"lsl_dropout": "double"}
 
 
+def setting(default, help: str, **meta):
+    """A field whose help text (and ``meta``: choices, flag) is its cll-train flag's."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
 @dataclass
 class ModelConfig:
-    """Encoder-decoder Transformer with optional CLL (paper Eq. 3) in the decoder."""
+    """Encoder-decoder Transformer with optional CLL (paper Eq. 3) in the decoder. The vocabulary,
+    special ids and languages come from the shards' manifest, the sizes from the preset."""
 
     vocab_size: int = 8000
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 3
-    d_model: int = 256
-    n_heads: int = 4
-    ffn_dim: int = 1024
-    encoder_layers: int = 3
-    decoder_layers: int = 3
-    max_positions: int = 1024
-    pre_norm: bool = True
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
-    init: str = "torch"                     # Linear weights: torch's default, or "xavier" as fairseq
-                                            # (the paper's code): Xavier-uniform, zero biases
+    d_model: int = setting(256, "model width D")
+    n_heads: int = setting(4, "attention heads")
+    ffn_dim: int = setting(1024, "inner size of the feed-forward layers")
+    encoder_layers: int = setting(3, "encoder layers")
+    decoder_layers: int = setting(3, "decoder layers")
+    max_positions: int = setting(1024, "longest sequence the position table holds")
+    pre_norm: bool = setting(True, "layer norm before each sublayer (false: after, as the paper's fairseq models)")
+    dropout: float = setting(0.1, "dropout on sublayer outputs and embeddings")
+    attention_dropout: float = setting(0.0, "dropout on attention weights")
+    activation_dropout: float = setting(0.0, "dropout inside the feed-forward layers")
+    init: str = setting("torch", "Linear weights: torch's default, or xavier as fairseq (the paper's code): "
+                   "Xavier-uniform, zero biases", choices=INITS)
     # --- CLL (paper §3, Eq. 3) -------------------------------------------------------------
     languages: list[str] = field(default_factory=list)   # index = tgt_lang id (manifest order)
     central_language: str | None = None                   # None: every language has an LSL
-    variant: str = "fcll"
-    cll_layers: list[int] | None = None     # decoder layers (0-based) with CLL; set by variant
-    lsl_dim: int = 256                      # R, inner size of each language-specific layer
-    cll_dropout: float = 0.2                # dropout on LSL output (paper App. A: 0.2-0.3)
-    lsl_dropout: str = "authors"            # "authors": FFN gets `dropout`, LSL `cll_dropout`,
-                                            # each once, then added; "double": the rule before
-                                            # issue 34 (the sum dropped again: LSL dropped twice)
-    t_init: float = 0.1                     # initial t_l
+    variant: str = setting("fcll", "baseline, residual, sd, fcll (paper §4), or custom with model.cll_layers",
+                      choices=VARIANTS, flag="--variant")
+    cll_layers: list[int] | None = setting(None, "decoder layers (0-based) with CLL, e.g. [0, 2]; set by the "
+                                      "variant unless it is custom")
+    lsl_dim: int = setting(256, "R, inner size of each language-specific layer")
+    cll_dropout: float = setting(0.2, "dropout on the LSL output (paper App. A: 0.2-0.3)")
+    lsl_dropout: str = setting("authors", "authors: the FFN output gets `dropout` and the LSL output `cll_dropout`, "
+                          "each once, then they are added; double: the rule before issue 34 (the sum "
+                          "dropped again, so the LSL twice)", choices=LSL_DROPOUTS)
+    t_init: float = setting(0.1, "initial t_l, the learned weight of each LSL")
     # --- Residual removal (Liu et al. 2021) in the middle encoder layer ---------------------
-    residual_sublayer: str | None = None    # "ffn" (paper's code) or "self_attn" (Liu et al.)
-    residual_layer: int | None = None       # 0-based encoder layer; default encoder_layers // 2
+    residual_sublayer: str | None = setting(None, "drop the residual of this sublayer of one encoder layer: ffn "
+                                       "(the paper's code) or self_attn (Liu et al. 2021); residual/sd set ffn",
+                                       choices=RESIDUAL_SUBLAYERS)
+    residual_layer: int | None = setting(None, "0-based encoder layer of the removed residual (default: the middle one)")
 
     def __post_init__(self):
         for name in ("dropout", "attention_dropout", "activation_dropout", "cll_dropout"):
@@ -144,78 +176,38 @@ PRESETS: dict[str, dict] = {
 
 @dataclass
 class TrainConfig:
-    """Optimisation (paper App. A defaults), budget, checkpoints, logging."""
+    """The recipe's ``train`` section: what the run trains on, where it writes, its budget and its
+    numerics. (The other sections own the optimizer, checkpoints, validation and logging.)"""
 
-    data: str = ""                       # shard directory (cll-shards build)
-    run_dir: str = "runs/default"
-    ds_config: str = "auto"              # a ds_configs/*.json; "auto": gpu_bf16 on CUDA, on a CPU cpu_bf16 where
-                                         # bf16 runs faster than fp32 (avx512_bf16, AMX), else cpu_fp32 (precision.py)
-    # optimisation
-    lr: float = 7e-4
-    warmup_steps: int = 4000
-    schedule_offset: int = 0             # the schedule goes on as if this many steps were done
-                                         # (new-language extension continues pre-training's decay)
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0
-    grad_accum: int = 1                  # microbatches (token-budget batches) per step and rank
-    compile: str = ""                    # "": eager; else a torch.compile backend ("inductor"),
-                                         # applied per block (CLLTransformer.compile_blocks) and to
-                                         # the loss, with dynamic shapes (no compile per batch shape)
+    data: str = setting("", "shard directory (cll-shards build)", flag="--data")
+    run_dir: str = setting("runs/default", "run directory", flag="--run-dir")
+    ds_config: str = setting("auto", "a ds_configs/*.json (engine settings), or auto: gpu_bf16 on CUDA; on a CPU "
+                        "cpu_bf16 where a probe finds bf16 faster than fp32 (avx512_bf16, AMX), else cpu_fp32",
+                        flag="--ds-config")
+    grad_accum: int = setting(1, "microbatches (token-budget batches) per optimizer step and rank")
+    label_smoothing: float = setting(0.1, "label smoothing of the training loss")
+    compile: str = setting("", "a torch.compile backend (inductor), applied per block and to the loss with "
+                      "dynamic shapes; empty: eager")
+    seed: int = setting(1, "seed of the initial weights and of dropout")
     # starting point (fine-tuning: back-translation, new-language extension)
-    init_from: str = ""                  # an export/: architecture and weights; fresh optimizer
-    freeze: list[str] = field(default_factory=list)   # parameter-name globs kept fixed
-    new_data: bool = False               # --resume on other shards: the stream starts afresh
+    init_from: str = setting("", "an export/ to start from: architecture and weights, fresh optimizer")
+    freeze: list[str] = setting([], "parameter-name globs kept fixed, e.g. [\"encoder.*\"]")
+    new_data: bool = setting(False, "--resume on other shards: weights and optimizer carry on, the stream starts afresh")
     # budget: whichever comes first
-    max_steps: int = 0                   # 0: no step limit
-    max_epochs: float = 0.0              # 0: no limit; epochs of the current train.data
-    max_minutes: float = 0.0             # 0: no time limit
-    # validation, checkpoints, logging
-    valid_every: int = 500
-    valid_max_batches: int = 0           # 0: whole validation split
-    valid_max_sentences: int = 0         # 0: every sentence; N: the first N sentences (dev-set lines)
-                                         # of each validation direction, split over the ranks
-                                         # (OPUS-100: 200 of the 2,000 in each of 188 directions)
-    valid_decode_sentences: int = 0      # >0: also greedy-translate this many validation sentences
-                                         # per direction and log BLEU and the off-target rate
-    best_metric: str = "valid_nll"       # export-best/ follows this supervised validation metric:
-                                         # valid_nll (lower is better), valid_bleu (needs
-                                         # valid_decode_sentences), or "" for no selection
-    ckpt_every: int = 1000
-    keep_last: int = 3
-    log_every: int = 50                  # also how often the host reads the device's metrics
-    max_skips_in_a_row: int = 50         # skipped steps (non-finite, out of memory) that end the run
-    seed: int = 1
-    export: bool = True
+    max_steps: int = setting(0, "stop after this many steps (0: no step limit)", flag="--max-steps")
+    max_epochs: float = setting(0.0, "stop after this many epochs of train.data (0: no limit)")
+    max_minutes: float = setting(0.0, "stop after this many minutes of training (0: no limit)", flag="--max-minutes")
+    max_skips_in_a_row: int = setting(50, "skipped steps in a row (non-finite, out of memory) that end the run")
 
     def __post_init__(self):
-        self.betas = tuple(self.betas)
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"train.lr must be a positive number, not {self.lr}")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"train.betas must be two numbers in [0, 1), not {list(self.betas)}")
-        if not self.eps > 0 or self.weight_decay < 0 or self.clip_norm < 0 or self.warmup_steps < 0:
-            raise ValueError("train.eps must be > 0, and weight_decay, clip_norm, warmup_steps >= 0")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"train.label_smoothing must be in [0, 1), not {self.label_smoothing}")
-        if self.valid_max_batches < 0 or self.valid_max_sentences < 0:
-            raise ValueError("train.valid_max_batches and train.valid_max_sentences must be >= 0 (0: all)")
-        if self.grad_accum < 1:
-            raise ValueError("grad_accum must be >= 1")
+        if self.grad_accum < 1 or self.max_skips_in_a_row < 1:
+            raise ValueError("train.grad_accum and train.max_skips_in_a_row must be >= 1")
         if min(self.max_steps, self.max_minutes, self.max_epochs) < 0:
             raise ValueError("max_steps, max_epochs and max_minutes must be >= 0")
-        self.best_metric = self.best_metric or ""      # `--set train.best_metric=` reads as None
-        if self.best_metric not in ("", "valid_nll", "valid_bleu"):
-            raise ValueError(f"best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
         if self.seed < 0:
             raise ValueError(f"train.seed must be >= 0, not {self.seed}")
-        if self.keep_last < 1:
-            raise ValueError("keep_last must be >= 1")
-        if min(self.log_every, self.valid_every, self.ckpt_every, self.max_skips_in_a_row) < 1:
-            raise ValueError("log_every, valid_every, ckpt_every and max_skips_in_a_row must be >= 1")
-
 
     def budget_spent(self, step: int, epoch: float, elapsed_s: float) -> bool:
         """Whichever of max_steps, max_epochs and max_minutes comes first (0: no limit)."""
@@ -224,42 +216,93 @@ class TrainConfig:
                     or (self.max_minutes and elapsed_s >= self.max_minutes * 60))
 
 
+def section_classes() -> dict[str, type]:
+    """Each recipe section's dataclass, in the order config.json lists them (imported here, not at
+    the top: the components import this module)."""
+    from cll_scale.checkpointer import CheckpointConfig
+    from cll_scale.metrics import LogConfig
+    from cll_scale.optim import OptimConfig
+    from cll_scale.stream import StreamConfig
+    from cll_scale.validator import ValidConfig
+    return {"model": ModelConfig, "data": StreamConfig, "optim": OptimConfig, "checkpoint": CheckpointConfig,
+            "valid": ValidConfig, "log": LogConfig, "train": TrainConfig}
+
+
+SECTIONS = ("model", "data", "optim", "checkpoint", "valid", "log", "train")
+
+# Settings that lived in ``train`` before the sections (issue 36): still read, with a one-line
+# notice, until the next release. config.json files of runs trained before are read the same way.
+MOVED = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule_offset", "betas", "eps",
+                                                  "weight_decay", "clip_norm")},
+         "train.ckpt_every": "checkpoint.every", "train.keep_last": "checkpoint.keep_last",
+         "train.export": "checkpoint.export", "train.valid_every": "valid.every",
+         "train.valid_max_batches": "valid.max_batches", "train.valid_max_sentences": "valid.max_sentences",
+         "train.valid_decode_sentences": "valid.decode_sentences", "train.best_metric": "valid.best_metric",
+         "train.log_every": "log.every"}
+
+
+def upgrade(recipe: dict, where: str = "") -> dict:
+    """``recipe`` with every :data:`MOVED` setting in its section. ``where`` names a recipe the
+    user wrote: then one line says what moved (records and old config.json files are read
+    silently). A setting given both ways is an error."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in recipe.items()}
+    moved = []
+    for old, new in MOVED.items():
+        section, key = old.split(".")
+        if key not in (out.get(section) or {}):
+            continue
+        new_section, new_key = new.split(".")
+        if new_key in (out.get(new_section) or {}):
+            raise ValueError(f"{where or 'recipe'}: {old} and {new} are the same setting; keep {new}")
+        out.setdefault(new_section, {})[new_key] = out[section].pop(key)
+        moved.append(f"{old} -> {new}")
+    if moved and where:
+        import sys
+        print(f"[cll-scale] {where}: settings moved to their own sections, read as such (the old names go in "
+              f"the next release): {', '.join(moved)}", file=sys.stderr)
+    return out
+
+
 def load_recipe(path: str | Path) -> dict:
-    """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "train": {...}}`` in YAML or JSON.
-    A file that does not parse, or whose sections are not mappings, is an error naming the file
-    and line."""
+    """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "optim": {...}, ...}`` in YAML
+    or JSON. A file that does not parse, or whose sections are not mappings, is an error naming
+    the file and line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r}); "
                          "save the recipe as UTF-8") from None
-    if str(path).endswith((".yaml", ".yml")):
-        import yaml
-        try:
-            recipe = yaml.safe_load(text) or {}
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ValueError(f"{path}:{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
-    else:
-        try:
-            recipe = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})") from None
+    recipe = _parse(text, str(path))
     if not isinstance(recipe, dict):
-        raise ValueError(f"{path}: a recipe is a mapping with sections preset, model, data, train; "
+        raise ValueError(f"{path}: a recipe is a mapping with sections preset, {', '.join(SECTIONS)}; "
                          f"this file holds a {type(recipe).__name__}")
-    unknown = set(recipe) - {"preset", "model", "data", "train"}
+    unknown = set(recipe) - {"preset", *SECTIONS}
     if unknown:
         raise ValueError(f"{path}: unknown recipe sections {sorted(unknown)} "
-                         f"(expected preset, model, data, train)")
+                         f"(expected preset, {', '.join(SECTIONS)})")
     check_sections(recipe, str(path))
     return recipe
 
 
+def _parse(text: str, path: str):
+    """YAML (``.yaml``/``.yml``) or JSON, with the line of a syntax error."""
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+        try:
+            return yaml.safe_load(text) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ValueError(f"{path}:{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})") from None
+
+
 def check_sections(recipe: dict, where: str) -> None:
     """Each section a mapping, the preset a known name."""
-    for section in ("model", "data", "train"):
+    for section in SECTIONS:
         if section in recipe and not isinstance(recipe[section], dict):
             raise ValueError(f"{where}: section {section!r} must be a mapping of settings "
                              f"(key: value lines), not {recipe[section]!r}")
@@ -279,13 +322,10 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
             recipe["preset"] = value
             continue
         section, dot, name = key.partition(".")
-        if not eq or not dot or section not in ("model", "data", "train"):
-            raise ValueError(f"override {item!r}: expected section.key=value, section in model/data/train")
+        if not eq or not dot or section not in SECTIONS:
+            raise ValueError(f"override {item!r}: expected section.key=value, section in {'/'.join(SECTIONS)}")
         recipe.setdefault(section, {})[name] = yaml.safe_load(value)
     return recipe
-
-
-SECTIONS = {"ModelConfig": "model", "StreamConfig": "data", "TrainConfig": "train"}
 
 
 def _numeric_kind(f: dataclasses.Field) -> type | None:
@@ -317,17 +357,13 @@ def coerce_number(name: str, value, kind: type):
     return number
 
 
-def _coerce(cls, kw: dict) -> dict:
+def _coerce(cls, section: str, kw: dict) -> dict:
     """Recipe values checked against their field: known names, numbers as :func:`coerce_number` says."""
     out = dict(kw)
     names = [f.name for f in dataclasses.fields(cls)]
-    section = SECTIONS.get(cls.__name__, cls.__name__)
     for key in out:
         if key not in names:
-            import difflib
-            near = difflib.get_close_matches(str(key), names, n=1)
-            raise ValueError(f"unknown setting {section}.{key}" + (f"; did you mean {section}.{near[0]}?" if near
-                             else f"; {section} settings are {', '.join(names)}"))
+            raise ValueError(f"unknown setting {section}.{key}; " + _suggest(section, str(key), names))
     for f in dataclasses.fields(cls):
         kind = _numeric_kind(f)
         if f.name in out and kind is not None and out[f.name] is not None:
@@ -335,17 +371,81 @@ def _coerce(cls, kw: dict) -> dict:
     return out
 
 
-def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer) -> tuple:
-    """Resolve a recipe against a shard manifest into (ModelConfig, StreamConfig, TrainConfig)."""
-    from cll_scale.stream import StreamConfig
-    check_sections(recipe, "recipe")
+def _suggest(section: str, key: str, names: list[str]) -> str:
+    """A near name in the section, else in another section, else the section's names."""
+    import difflib
+    near = difflib.get_close_matches(key, names, n=1)
+    if near:
+        return f"did you mean {section}.{near[0]}?"
+    others = {f.name: name for name, cls in section_classes().items() if name != section
+              for f in dataclasses.fields(cls)}
+    near = difflib.get_close_matches(key, list(others), n=1)
+    if near:
+        return f"did you mean {others[near[0]]}.{near[0]}?"
+    return f"{section} settings are {', '.join(names)}"
+
+
+def build_section(section: str, values: dict):
+    """One section's dataclass from recipe values, checked at the boundary."""
+    cls = section_classes()[section]
+    try:
+        return cls(**_coerce(cls, section, values))
+    except TypeError as err:
+        raise ValueError(f"recipe: {err}") from None
+
+
+@dataclass
+class RunConfig:
+    """A recipe resolved against a shard manifest: one typed config per section."""
+    preset: str
+    model: ModelConfig
+    data: StreamConfig
+    optim: OptimConfig
+    checkpoint: CheckpointConfig
+    valid: ValidConfig
+    log: LogConfig
+    train: TrainConfig
+
+    def to_json(self) -> dict:
+        """config.json of a run (every section, then the preset's name first)."""
+        return {"preset": self.preset, **{name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}}
+
+
+def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer,
+                  where: str = "recipe") -> RunConfig:
+    """Resolve a recipe against a shard manifest's languages and tokenizer."""
+    recipe = upgrade(recipe, where)
+    check_sections(recipe, where)
     model_kw = dict(PRESETS[recipe.get("preset", "small")])
     model_kw.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
                     eos_id=tokenizer.eos_id, languages=list(languages), central_language=central)
     model_kw.update(recipe.get("model", {}))
-    try:
-        return (ModelConfig(**_coerce(ModelConfig, model_kw)),
-                StreamConfig(**_coerce(StreamConfig, recipe.get("data", {}))),
-                TrainConfig(**_coerce(TrainConfig, recipe.get("train", {}))))
-    except TypeError as err:
-        raise ValueError(f"recipe: {err}") from None
+    sections = {name: build_section(name, model_kw if name == "model" else recipe.get(name) or {})
+                for name in SECTIONS}
+    return RunConfig(preset=recipe.get("preset", "small"), **sections)
+
+
+def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per recipe setting that has a help text: ``--optim.lr`` (also ``--optim.warmup-steps``
+    for ``warmup_steps``, and the short name some have, ``--max-steps``), one argument group a
+    section. Values are read as ``--set`` reads them (YAML), so a flag and ``--set`` meet the same
+    checks; the default shown is the field's, written once, in its dataclass."""
+    for section, cls in section_classes().items():
+        group = parser.add_argument_group(f"{section} settings" + (" (the preset sets the sizes)"
+                                                                   if section == "model" else ""))
+        for f in dataclasses.fields(cls):
+            if "help" not in f.metadata:
+                continue
+            flags = dict.fromkeys([f"--{section}.{f.name}", f"--{section}.{f.name.replace('_', '-')}",
+                                   *([f.metadata["flag"]] if "flag" in f.metadata else [])])
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            choices = f.metadata.get("choices")
+            shown = f"one of {', '.join(choices)}; " if choices else ""
+            group.add_argument(*flags, dest=f"{section}.{f.name}", default=None, metavar="VALUE", choices=choices,
+                               help=f"{f.metadata['help']} ({shown}default: {default})")
+
+
+def recipe_flags(args: argparse.Namespace) -> list[str]:
+    """The recipe settings given as flags, as ``--set`` overrides."""
+    return [f"{dest}={value}" for dest, value in vars(args).items()
+            if "." in dest and dest.split(".")[0] in SECTIONS and value is not None]

@@ -12,6 +12,7 @@ import torch
 from cll_scale import engine as ds
 from cll_scale.precision import precision as precision_of
 from cll_scale.stream import ShardStream
+from cll_scale.run import build_run
 from cll_scale.trainer import Trainer
 
 
@@ -25,12 +26,13 @@ def dry_run(recipe: dict, steps: int) -> dict:
     cost. The recipe's run directory is never touched: the checkpoints, metrics and config the
     Trainer writes go to the temporary one, which is removed, lock and all, on the way out."""
     with tempfile.TemporaryDirectory(prefix="cll-dry-run-") as tmp:
-        recipe = {**recipe, "train": {**recipe.get("train", {}), "run_dir": tmp, "export": False}}
-        trainer = Trainer(recipe)
+        recipe = {**recipe, "train": {**recipe.get("train", {}), "run_dir": tmp},
+                  "checkpoint": {**recipe.get("checkpoint", {}), "export": False}}
+        run = build_run(recipe)
         try:
-            return _dry_run_figures(trainer, steps)
+            return _dry_run_figures(Trainer(run), steps)
         finally:
-            trainer.close()
+            run.close()
 
 
 def _sync(device: torch.device) -> None:
@@ -46,34 +48,35 @@ def _dry_run_figures(t: Trainer, steps: int) -> dict:
     for _ in range(DRY_RUN_WARMUP):
         t.run_step()
     _sync(t.device)
-    start, tokens0 = time.perf_counter(), t.tokens_seen
+    start, tokens0 = time.perf_counter(), t.state.tokens_seen
     for _ in range(steps):
         t.run_step()
     _sync(t.device)
     seconds = ds.host_all_reduce([time.perf_counter() - start], "max")[0] / max(steps, 1)
-    sample = ShardStream(t.cfg.data, replace(t.stream_cfg, verify="none"), t.rank, t.world)
+    cfg, run = t.cfg, t.run
+    sample = ShardStream(cfg.train.data, replace(cfg.data, verify="none"), t.rank, t.world)
     batches = [next(sample) for _ in range(DRY_RUN_SAMPLE)]
     rows, tokens = ds.host_all_reduce([sum(len(b) for b in batches), sum(b.ntokens for b in batches)])
-    rows_per_step = rows / DRY_RUN_SAMPLE * t.cfg.grad_accum
-    tokens_per_step = tokens / DRY_RUN_SAMPLE * t.cfg.grad_accum
-    split = t.manifest.splits[t.stream_cfg.split]
+    rows_per_step = rows / DRY_RUN_SAMPLE * cfg.train.grad_accum
+    tokens_per_step = tokens / DRY_RUN_SAMPLE * cfg.train.grad_accum
+    split = run.manifest.splits[cfg.data.split]
     shards = [s for s in split.shards if s.direction in t.stream.directions]
     epoch_rows = sum(s.rows for s in shards)
     epoch_tokens = sum(s.tgt_tokens + s.rows for s in shards)     # + eos, as the loss counts them
     steps_per_epoch = epoch_rows / rows_per_step
-    params = list(t.model.parameters())
-    cfg = t.cfg
-    budget = [x for x in (cfg.max_steps, cfg.max_epochs * steps_per_epoch, cfg.max_minutes * 60 / seconds) if x]
+    params = list(run.model.parameters())
+    budget = [x for x in (cfg.train.max_steps, cfg.train.max_epochs * steps_per_epoch,
+                          cfg.train.max_minutes * 60 / seconds) if x]
     return {
-        "world_size": t.world, "precision": precision_of(t._ds_cfg),
+        "world_size": t.world, "precision": precision_of(run.ds_config),
         "parameters": sum(p.numel() for p in params), "tensors": len(params),
         "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
-        "languages": len(t.manifest.languages), "directions": len(t.stream.directions),
-        "max_tokens_per_microbatch": t.stream_cfg.max_tokens, "grad_accum": cfg.grad_accum,
+        "languages": len(run.manifest.languages), "directions": len(t.stream.directions),
+        "max_tokens_per_microbatch": cfg.data.max_tokens, "grad_accum": cfg.train.grad_accum,
         "rows_per_step": rows_per_step, "tokens_per_step": tokens_per_step,
         "epoch_rows": epoch_rows, "epoch_target_tokens": epoch_tokens, "steps_per_epoch": steps_per_epoch,
         "warmup_steps": DRY_RUN_WARMUP, "timed_steps": steps, "seconds_per_step": seconds,
-        "burst_tokens_per_step": (t.tokens_seen - tokens0) / max(steps, 1),
+        "burst_tokens_per_step": (t.state.tokens_seen - tokens0) / max(steps, 1),
         "seconds_per_epoch": steps_per_epoch * seconds,
         "budget_steps": min(budget) if budget else None,
         "budget_seconds": min(budget) * seconds if budget else None,

@@ -88,10 +88,11 @@ def device() -> torch.device:
     return torch.device(get_accelerator().current_device_name())
 
 
-def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | Path,
+def make_ds_config(path: str | Path, optim, grad_accum: int, world_size: int, run_dir: str | Path,
                    load_universal: bool = False) -> dict:
-    """Engine settings from ``ds_configs/*.json`` plus the training settings that belong to
-    :class:`TrainConfig` — the one place where batch size, accumulation and clipping meet.
+    """Engine settings from ``ds_configs/*.json`` plus the recipe's (``optim``: an
+    :class:`~cll_scale.optim.OptimConfig`; ``grad_accum``: ``train.grad_accum``) — the one place
+    where batch size, accumulation and clipping meet.
 
     A microbatch is one token-budget batch from the stream, so DeepSpeed's "micro batch" is 1;
     the global batch is then ``1 × grad_accum × world_size`` microbatches, checked here.
@@ -105,15 +106,15 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
              "gradient_clipping", "scheduler"}
     clash = owned & set(cfg)
     if clash:
-        raise ValueError(f"{path}: {sorted(clash)} are training settings (TrainConfig / the recipe), "
+        raise ValueError(f"{path}: {sorted(clash)} are training settings (the recipe's train and optim), "
                          f"not engine settings")
-    micro, accum = 1, train_cfg.grad_accum
+    micro, accum = 1, grad_accum
     # Our client optimizer (GuardedAdamW) clips on the device; DeepSpeed's clipping reads the norm
     # on the host every step (0.19.8: is_invalid_grad_norm), and under ZeRO-2 its norm is a Python
     # loop over every parameter, so both are switched off when the client optimizer is in charge.
     client = "optimizer" not in cfg
     cfg.update(train_micro_batch_size_per_gpu=micro, gradient_accumulation_steps=accum,
-               gradient_clipping=0.0 if client else train_cfg.clip_norm)
+               gradient_clipping=0.0 if client else optim.clip_norm)
     if client and zero_stage(cfg) == 2:
         cfg["zero_optimization"]["compute_grad_norm"] = False
     # Deliberately no train_batch_size: it would pin the world size and break resuming on
@@ -121,8 +122,7 @@ def make_ds_config(path: str | Path, train_cfg, world_size: int, run_dir: str | 
     if micro * accum * world_size < 1:
         raise ValueError("micro-batch × accumulation × world size must be >= 1")
     if "optimizer" in cfg:   # DeepSpeed's own optimizer (e.g. for CPU offload): our settings
-        cfg["optimizer"]["params"] = dict(lr=train_cfg.lr, betas=list(train_cfg.betas), eps=train_cfg.eps,
-                                          weight_decay=train_cfg.weight_decay)
+        cfg["optimizer"]["params"] = {**optim.adamw_kwargs(), "betas": list(optim.betas)}
         if cfg.get("bf16", {}).get("enabled"):
             # Our skip-on-non-finite guard lives in the client optimizer (GuardedAdamW); without it
             # DeepSpeed's own check (one host sync per step) must keep a bad step out.

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -143,10 +143,41 @@ def check_file_names(names: Iterable[str]) -> None:
 LSL_OFF, TAG_OMITTED = " (LSL off)", " (tag omitted)"
 
 
+@dataclass
+class Evaluation:
+    """What :func:`score_model` measured: one result per direction scored, and why the others
+    were skipped. ``mean`` is what a caller reads (the validator); :func:`evaluate_model` turns it
+    into the JSON report."""
+    results: list[DirectionResult]
+    skipped: dict[str, str]
+    signature: str | None
+    timing: dict[str, float]
+
+    def mean(self, kind: str, metric: str) -> float | None:
+        """The mean of ``metric`` (a :class:`DirectionResult` field) over the directions of
+        ``kind`` (supervised, zero-shot); None when there are none or a value is missing."""
+        values = [getattr(r, metric) for r in self.results if r.kind == kind]
+        return sum(values) / len(values) if values and None not in values else None
+
+
 def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
                    directions: list[str] | None = None, use_lsl: bool = True, max_sentences: int = 0,
                    log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
                    hyps_dir: Path | None = None, name: str = "", omit_tag: bool = False) -> dict:
+    """:func:`score_model`'s evaluation as the JSON report cll-eval writes."""
+    ev = score_model(translator, pairs, directions, use_lsl, max_sentences, log, lid, pool, hyps_dir, name, omit_tag)
+    return {"directions": [asdict(r) for r in ev.results],
+            "averages": averages(ev.results, translator.manifest.central_language),
+            "skipped": ev.skipped, "bleu_signature": ev.signature, "use_lsl": use_lsl,
+            "lang_tag": translator.lang_tag and not omit_tag, "lid": list(lid),
+            "timing": ev.timing, "t_weights": translator.model.t_weights(),
+            "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
+
+
+def score_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
+                directions: list[str] | None = None, use_lsl: bool = True, max_sentences: int = 0,
+                log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
+                hyps_dir: Path | None = None, name: str = "", omit_tag: bool = False) -> Evaluation:
     """Score every direction of ``pairs`` (or of ``directions``) that the model can translate; the
     others are listed under ``skipped`` with the reason, and logged, never dropped in silence.
     Each direction's scoring goes to ``pool`` (inline without one) while the next one decodes;
@@ -176,8 +207,7 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
         sentences += len(srcs)
         if hyps_dir is not None:
             write_atomic(hyps_dir / f"{direction}.txt", "".join(h.replace("\n", " ") + "\n" for h in hyps))
-        kind = "supervised" if direction in m.supervised else "zero-shot" if direction in m.zero_shot else "unseen"
-        job = (direction, kind, hyps, refs, srcs, m.languages, m.supervised, "13a", tuple(lid))
+        job = (direction, m.kind(direction), hyps, refs, srcs, m.languages, m.supervised, "13a", tuple(lid))
         jobs.append(pool.submit(score_job, job) if pool else score_job(job))
     results, signature, lid_s, scoring_s = [], None, 0.0, 0.0
     for job in jobs:
@@ -194,11 +224,7 @@ def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], lis
     timing = {"sentences": sentences, "wall_s": wall, "decode_s": decode_s, "lid_s": lid_s, "scoring_s": scoring_s,
               "sentences_per_s": sentences / wall if wall else 0.0,
               "decode_sentences_per_s": sentences / decode_s if decode_s else 0.0}
-    return {"directions": [asdict(r) for r in results], "averages": averages(results, m.central_language),
-            "skipped": skipped, "bleu_signature": signature, "use_lsl": use_lsl,
-            "lang_tag": translator.lang_tag and not omit_tag, "lid": list(lid),
-            "timing": timing, "t_weights": translator.model.t_weights(),
-            "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
+    return Evaluation(results, skipped, signature, timing)
 
 
 def markdown(report: dict) -> str:

@@ -36,16 +36,15 @@ import torch
 
 from cll_scale import engine as ds
 from cll_scale import finetune
-from cll_scale.checkpointer import chosen_export, has_checkpoints
+from cll_scale.checkpointer import chosen_export
 from cll_scale.cli import csv_list
-from cll_scale.config import ModelConfig
+from cll_scale.config import ModelConfig, upgrade
 from cll_scale.export import export_lang_tag, load_export, write_export
 from cll_scale.finetune import Comparison, FineTuneSettings, check_fine_tuning_inputs, fine_tuning_recipe
 from cll_scale.languages import Direction, LanguageError, check_language
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
 from cll_scale.outputs import atomic_dir, json_text, write_atomic
-from cll_scale.trainer import Trainer
 
 @dataclass
 class ExtendConfig(FineTuneSettings):
@@ -233,8 +232,8 @@ def pretrain_schedule(info: dict) -> dict:
     config = Path(info.get("run_dir", "")) / "config.json"
     if not config.is_file():
         return {}
-    train = json.loads(config.read_text())["train"]
-    return {"lr": train["lr"], "warmup_steps": train["warmup_steps"], "step": info.get("step", 0)}
+    optim = upgrade(json.loads(config.read_text()))["optim"]      # runs of before the sections too
+    return {"lr": optim["lr"], "warmup_steps": optim["warmup_steps"], "step": info.get("step", 0)}
 
 
 # -- 4 + 5: fine-tune and evaluate ---------------------------------------------------------------
@@ -248,10 +247,9 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
     frozen = old_cll_patterns(ModelConfig.from_json(json.loads((init / "model_config.json").read_text())),
                               cfg.lang) + cfg.freeze
     run = Path(cfg.out) / "run"
-    recipe = fine_tuning_recipe(cfg, data, run, init_from=str(init), freeze=frozen, lr=sched["lr"],
-                                warmup_steps=sched["warmup_steps"], schedule_offset=sched["step"],
-                                max_steps=cfg.max_steps)
-    Trainer(recipe, resume=has_checkpoints(run / "checkpoints"), resume_hint=finetune.RESUME_HINT).train()
+    optim = {"lr": sched["lr"], "warmup_steps": sched["warmup_steps"], "schedule_offset": sched["step"]}
+    finetune.train_run(fine_tuning_recipe(cfg, data, run, optim, init_from=str(init), freeze=frozen,
+                                          max_steps=cfg.max_steps))
     return chosen_export(run)
 
 

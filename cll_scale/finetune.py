@@ -15,13 +15,15 @@ from pathlib import Path
 from cll_scale import engine as ds
 from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, non_negative_int, print_tables
 from cll_scale.cli import run as cli_run
-from cll_scale.config import TrainConfig
+from cll_scale.checkpointer import has_checkpoints
+from cll_scale.config import build_section
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_report
 from cll_scale.export import export_lang_tag
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import DirLock, OutputError, SETTINGS, check_apart, check_owner, json_text, write_atomic
-from cll_scale.trainer import set_threads
+from cll_scale.run import build_run, set_threads
+from cll_scale.trainer import Trainer
 from cll_scale.translate import TranslateConfig, Translator
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
@@ -224,13 +226,25 @@ class FineTuneSettings:
                                                    "data order, training)", "type": non_negative_int})
 
 
-def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, **train) -> dict:
+def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, optim: dict,
+                       valid: dict | None = None, **train) -> dict:
     """The cll-train recipe of a fine-tuning run (back-translation epochs, extension): ``cfg``'s
-    shared settings and the checkpoint/log cadence both use, written once and checked as a
-    TrainConfig before any work, plus ``train`` (start, schedule, budget)."""
-    settings = {"data": str(data), "run_dir": str(run_dir), "ds_config": cfg.ds_config, "seed": cfg.seed,
-                "valid_every": 500, "ckpt_every": 250, "keep_last": 2, "log_every": 25, **train}
-    TrainConfig(**settings)          # an unknown or invalid setting fails here, by name
-    # The tags follow the model fine-tuned: a model trained without them continues without them.
-    return {"data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed,
-                     "add_lang_tag": export_lang_tag(settings["init_from"])}, "train": settings}
+    shared settings and the checkpoint/log cadence both use, written once and checked section by
+    section before any work, plus ``optim`` (the schedule), ``valid`` and ``train`` (start, budget)."""
+    recipe = {"train": {"data": str(data), "run_dir": str(run_dir), "ds_config": cfg.ds_config, "seed": cfg.seed,
+                        **train},
+              "optim": optim, "valid": {"every": 500, **(valid or {})},
+              "checkpoint": {"every": 250, "keep_last": 2}, "log": {"every": 25},
+              # The tags follow the model fine-tuned: a model trained without them continues without them.
+              "data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed,
+                       "add_lang_tag": export_lang_tag(train["init_from"])}}
+    for section in ("train", "optim", "valid", "checkpoint", "log"):
+        build_section(section, recipe[section])      # an unknown or invalid setting fails here, by name
+    return recipe
+
+
+def train_run(recipe: dict) -> None:
+    """Train a fine-tuning recipe, resuming its run where a checkpoint exists (re-running the
+    command continues it)."""
+    resume = has_checkpoints(Path(recipe["train"]["run_dir"]) / "checkpoints")
+    Trainer(build_run(recipe, resume=resume), resume_hint=RESUME_HINT).train()

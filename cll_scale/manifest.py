@@ -23,6 +23,7 @@ from cll_scale.outputs import json_text, write_atomic
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
+SUPERVISED, ZERO_SHOT, UNSEEN = "supervised", "zero-shot", "unseen"     # Manifest.kind
 
 
 class ManifestError(ValueError):
@@ -119,6 +120,12 @@ class Manifest:
 
     def is_zero_shot(self, direction: str | Direction) -> bool:
         return str(direction) in self.zero_shot
+
+    def kind(self, direction: str | Direction) -> str:
+        """What the training data made of ``direction``: ``supervised`` (trained on), ``zero-shot``
+        (declared, never trained on) or ``unseen``. The one place a direction's kind is decided."""
+        name = str(direction)
+        return SUPERVISED if name in self.supervised else ZERO_SHOT if name in self.zero_shot else UNSEEN
 
     # -- (de)serialisation ------------------------------------------------------------------
     def to_json(self) -> dict:

@@ -457,6 +457,19 @@ class CLLTransformer(nn.Module):
                 for i, lang in enumerate(self.cfg.lsl_languages)}
 
 
+def train_flops(cfg: ModelConfig, rows: int, src_len: int, tgt_len: int) -> float:
+    """Matmul FLOPs of one training step on a (rows × src_len, rows × tgt_len) batch: forward × 3,
+    attention included, the LSLs counted for every row (MFU's numerator; bench_model's ratios)."""
+    b, s, t = rows, src_len, tgt_len
+    d, f, v, r = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.lsl_dim
+    enc = cfg.encoder_layers * (2 * b * s * (4 * d * d + 2 * d * f) + 4 * b * s * s * d)
+    dec = cfg.decoder_layers * (2 * b * t * (4 * d * d + 2 * d * d + 2 * d * f) + 2 * b * s * 2 * d * d
+                                + 4 * b * t * t * d + 4 * b * t * s * d)
+    cll = len(cfg.cll_layers) * 2 * b * t * 2 * d * r
+    out = 2 * b * t * d * v
+    return 3.0 * (enc + dec + cll + out)
+
+
 def _pack_per_layer_lsl(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
     """Exports written before the LSLs moved into one Parameter per language kept them per layer
     (``decoder.{i}.ffn.{w1,b1,w2,b2,t}.{slot}``): pack those into ``lsl.{slot}`` so they still load."""

@@ -9,8 +9,40 @@ step count untouched. Nothing here reads a device value on the host.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
+
+
+@dataclass
+class OptimConfig:
+    """The recipe's ``optim`` section: AdamW and its schedule (paper App. A defaults)."""
+    # The help texts are cll-train's flags (cll_scale.config.add_recipe_arguments).
+    lr: float = field(default=7e-4, metadata={"help": "peak learning rate"})
+    warmup_steps: int = field(default=4000, metadata={"help": "linear warm-up steps, then 1/sqrt(step) decay"})
+    schedule_offset: int = field(default=0, metadata={
+        "help": "the schedule goes on as if this many steps were done (cll-extend continues pre-training's decay)"})
+    betas: tuple[float, float] = field(default=(0.9, 0.98), metadata={"help": "AdamW's betas, e.g. [0.9, 0.98]"})
+    eps: float = field(default=1e-8, metadata={"help": "AdamW's epsilon"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW's decoupled weight decay"})
+    clip_norm: float = field(default=1.0, metadata={"help": "clip gradients to this global norm (0: no clipping)"})
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas)
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"optim.lr must be a positive number, not {self.lr}")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), not {list(self.betas)}")
+        if not self.eps > 0 or self.weight_decay < 0 or self.clip_norm < 0 or self.warmup_steps < 0:
+            raise ValueError("optim.eps must be > 0, and weight_decay, clip_norm, warmup_steps >= 0")
+
+    def adamw_kwargs(self) -> dict:
+        return dict(lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
+
+    def scheduler(self, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+        """Warm-up and inverse square root, shifted by ``schedule_offset``."""
+        factor, offset = inverse_sqrt(self.warmup_steps), self.schedule_offset
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factor(step + offset))
 
 
 def inverse_sqrt(warmup: int):

@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from cll_scale.config import setting
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest, ManifestError
 
@@ -49,28 +50,31 @@ _SAMPLER_CHUNK = 4096
 STATE_VERSION = 1             # ``mixing: direction``; the mixed stream's states are version 2
 MIXED_STATE_VERSION = 2
 MIXINGS = ("mixed", "direction")
+VERIFY = ("full", "size", "none")
 
 
 @dataclass
 class StreamConfig:
-    split: str = "train"
-    max_tokens: int = 4096          # per microbatch: sentences × padded max(src, tgt) length
-    max_sentences: int = 0          # 0: no cap
-    temperature: float = 5.0        # direction sampling temperature
-    pool_blocks: int = 8            # blocks shuffled and bucketed together, at most
-    pool_rows: int = 262_144        # rows pooled over all directions at most, per rank (~310 B a row)
-    seed: int = 1
-    add_lang_tag: bool = True       # paper §5.2 trains without tags as an ablation
-    directions: list[str] | None = None   # a subset of the split's directions
-    verify: str = "full"            # shards checked at start: "full" (sha256), "size" or "none"
-    mixing: str = "mixed"           # "mixed": many directions per microbatch; "direction": one
-                                    # (the rule before issue 34; records without the key used it)
-    mix_rows: int = 8192            # rows of a mixed pool, sorted by length and cut into batches
-    mix_directions: int = 0         # directions drawn per mixed pool (0: every direction): with
-                                    # many target languages a batch then holds at most this many
-                                    # LSL groups (bench/bench_train.py --only langs measures both)
-    rows_fraction: float = 1.0      # train on this share of each direction's rows (its first
-                                    # blocks): the data-size question of issue 34 at equal steps
+    """The recipe's ``data`` section: what the training stream feeds."""
+    split: str = setting("train", "the split to train on")
+    max_tokens: int = setting(4096, "token budget of a microbatch: sentences x padded max(source, target) length")
+    max_sentences: int = setting(0, "sentences per microbatch at most (0: no cap)")
+    temperature: float = setting(5.0, "direction sampling temperature T: q_d ~ n_d^(1/T) (1: by size; large: uniform)")
+    pool_blocks: int = setting(8, "blocks shuffled and bucketed together, at most")
+    pool_rows: int = setting(262_144, "rows pooled over all directions at most, per rank (~310 B a row)")
+    seed: int = setting(1, "seed of the data order")
+    add_lang_tag: bool = setting(True, "prepend the <2xx> target-language tag to the source (paper §5.2 trains "
+                            "without it as an ablation)")
+    directions: list[str] | None = setting(None, "train on this subset of the split's directions, e.g. [de-en, en-de]")
+    verify: str = setting("full", "shards checked at start: full (sha256), size or none", choices=VERIFY)
+    mixing: str = setting("mixed", "mixed: many directions per microbatch (fairseq's merged batches, the authors' "
+                     "code); direction: one per microbatch, the rule before issue 34 (records without the "
+                     "key used it)", choices=MIXINGS)
+    mix_rows: int = setting(8192, "rows of a mixed pool, sorted by length and cut into batches")
+    mix_directions: int = setting(0, "directions drawn per mixed pool (0: all): with many target languages a batch "
+                             "then holds at most this many LSL groups")
+    rows_fraction: float = setting(1.0, "train on this share of each direction's rows (its first blocks): the "
+                              "data-size question of issue 34 at equal steps")
 
     def __post_init__(self):
         if min(self.max_tokens, self.pool_blocks, self.pool_rows, self.mix_rows) < 1 or self.max_sentences < 0:
@@ -83,7 +87,7 @@ class StreamConfig:
             raise ValueError(f"data.mixing must be one of {', '.join(MIXINGS)}, not {self.mixing!r}")
         if self.temperature <= 0 or self.seed < 0:
             raise ValueError("data.temperature must be > 0 and data.seed >= 0")
-        if self.verify not in ("size", "full", "none"):
+        if self.verify not in VERIFY:
             raise ValueError("verify must be 'size', 'full' or 'none'")
 
 

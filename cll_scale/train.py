@@ -6,7 +6,9 @@
     cll-train --recipe R --resume                                               # continue
     cll-train --recipe R --dry-run                                              # build, time, exit
 
-The recipe gives the preset, ``model``, ``data`` (stream) and ``train`` sections; ``--set
+The recipe gives the preset and the sections ``model``, ``data`` (stream), ``optim``,
+``checkpoint``, ``valid``, ``log`` and ``train``. Every setting is also a flag (``--optim.lr 5e-4``,
+``--valid.every 250``; ``cll-train --help`` lists them with their defaults), and ``--set
 section.key=value`` overrides any field. The run directory receives the resolved config, the
 DeepSpeed config, the git commit, metrics (JSON lines and DeepSpeed's monitor), checkpoints,
 the training-curve PNG and ``export/``. ``--dry-run`` builds all of it (stream, model, engine) in a
@@ -20,25 +22,20 @@ import os
 import sys
 
 from cll_scale import engine as ds
-from cll_scale.cli import add_debug_argument, non_negative_float, non_negative_int, positive_int, run
-from cll_scale.config import PRESETS, VARIANTS, TrainConfig, apply_overrides, load_recipe
+from cll_scale.cli import add_debug_argument, positive_int, run
+from cll_scale.config import PRESETS, TrainConfig, add_recipe_arguments, apply_overrides, load_recipe, recipe_flags
 from cll_scale.dryrun import DRY_RUN_WARMUP, dry_run, format_dry_run
 from cll_scale.outputs import json_text
+from cll_scale.run import build_run
 from cll_scale.trainer import Trainer
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipe", help="YAML or JSON recipe (sections: preset, model, data, train)")
-    p.add_argument("--data", help="shard directory (train.data)")
-    p.add_argument("--run-dir", help="run directory (train.run_dir)")
+    p.add_argument("--recipe", help="YAML or JSON recipe (sections: preset, model, data, optim, checkpoint, "
+                   "valid, log, train)")
     p.add_argument("--preset", choices=sorted(PRESETS))
-    p.add_argument("--variant", choices=[v for v in VARIANTS if v != "custom"],
-                   help="model.variant (custom CLL layers: --set model.variant=custom --set model.cll_layers=[...])")
-    p.add_argument("--ds-config", help="a ds_configs/*.json (engine settings), or 'auto'")
-    p.add_argument("--max-steps", type=non_negative_int)
-    p.add_argument("--max-minutes", type=non_negative_float)
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     p.add_argument("--dry-run", action="store_true",
                    help="build the run (stream, model, DeepSpeed engine), time a few steps, print parameters, "
@@ -46,23 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run-steps", type=positive_int, default=5, metavar="N",
                    help=f"steps timed by --dry-run, after {DRY_RUN_WARMUP} warm-up steps (default 5)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a recipe field, e.g. --set train.lr=5e-4 --set model.lsl_dim=512")
+                   help="override a recipe field, e.g. --set optim.lr=5e-4 --set model.lsl_dim=512 "
+                        "(the same as the setting's flag)")
+    add_recipe_arguments(p)
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)  # added by the launcher
     add_debug_argument(p)
     return p
 
 
 def recipe_from_args(args) -> dict:
+    """The recipe file, then the preset and setting flags, then ``--set`` (the last word wins)."""
     recipe = load_recipe(args.recipe) if args.recipe else {}
     if args.preset:
         recipe["preset"] = args.preset
-    for key, value in (("data", args.data), ("run_dir", args.run_dir), ("ds_config", args.ds_config),
-                       ("max_steps", args.max_steps), ("max_minutes", args.max_minutes)):
-        if value is not None:
-            recipe.setdefault("train", {})[key] = value
-    if args.variant:
-        recipe.setdefault("model", {})["variant"] = args.variant
-    return apply_overrides(recipe, args.set)
+    return apply_overrides(recipe, recipe_flags(args) + args.set)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(format_dry_run(figures, recipe.get("train", {}).get("run_dir", TrainConfig.run_dir)))
                 print(json_text({"dry_run": figures}))
             return 0
-        result = Trainer(recipe_from_args(args), resume=args.resume).train()
+        result = Trainer(build_run(recipe_from_args(args), resume=args.resume)).train()
         ds.shutdown()
         if int(os.environ.get("RANK", 0)) == 0:
             print(json_text(result))

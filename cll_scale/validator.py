@@ -6,50 +6,89 @@ parallel data it claims not to have.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from cll_scale import engine as ds
+from cll_scale.manifest import SUPERVISED, ZERO_SHOT
 from cll_scale.model import label_smoothed_loss
 from cll_scale.stream import Batch, eval_batches
 
+BEST_METRICS = ("", "valid_nll", "valid_bleu")
+
+
+@dataclass
+class ValidConfig:
+    """The recipe's ``valid`` section: validation during training and the model it selects."""
+    # The help texts are cll-train's flags (cll_scale.config.add_recipe_arguments).
+    every: int = field(default=500, metadata={"help": "validate every this many steps"})
+    max_batches: int = field(default=0, metadata={"help": "batches per direction at most (0: the whole split)"})
+    max_sentences: int = field(default=0, metadata={
+        "help": "the first N sentences (dev-set lines) of each direction, split over the ranks (0: every "
+                "sentence; OPUS-100: 200 of the 2,000 in each of 188 directions)"})
+    decode_sentences: int = field(default=0, metadata={
+        "help": "also greedy-translate this many sentences per direction and log BLEU and the zero-shot "
+                "off-target rate (0: no decoding)"})
+    best_metric: str = field(default="valid_nll", metadata={
+        "help": "export-best/ follows this supervised metric: valid_nll (lower is better), valid_bleu "
+                "(needs decode_sentences), or '' for no selection"})
+
+    def __post_init__(self):
+        self.best_metric = self.best_metric or ""      # `--set valid.best_metric=` reads as None
+        if self.every < 1 or self.max_batches < 0 or self.max_sentences < 0 or self.decode_sentences < 0:
+            raise ValueError("valid.every must be >= 1, valid.max_batches, max_sentences and decode_sentences >= 0")
+        if self.best_metric not in BEST_METRICS:
+            raise ValueError(f"valid.best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
+
+
+@dataclass
+class ValidResult:
+    """One validation: ``scores`` are the averages logged and compared (``valid_nll``, and with
+    decoding ``valid_bleu``, ``valid_zero_shot_offtarget``...), ``record`` the metrics.jsonl line."""
+    scores: dict[str, float] = field(default_factory=dict)
+    record: dict = field(default_factory=dict)
+
 
 class Validator:
-    def __init__(self, cfg, stream_cfg, manifest, rank: int, world: int, device, best: float | None):
-        """``cfg`` is the TrainConfig (``valid_*`` and ``best_metric``), ``best`` the best value of
-        ``best_metric`` so far (from ``export-best/`` when resuming)."""
-        self.cfg, self.stream_cfg, self.manifest = cfg, stream_cfg, manifest
+    Config = ValidConfig
+
+    def __init__(self, cfg: ValidConfig, data: str, stream_cfg, manifest, rank: int, world: int, device,
+                 best: float | None):
+        """``data``: the shard directory; ``best``: the best value of ``cfg.best_metric`` so far
+        (from ``export-best/`` when resuming)."""
+        self.cfg, self.data, self.stream_cfg, self.manifest = cfg, data, stream_cfg, manifest
         self.rank, self.world, self.device, self.best = rank, world, device, best
         self.split = "valid" if "valid" in manifest.splits else None
 
     def due(self, step: int) -> bool:
-        return self.split is not None and step % self.cfg.valid_every == 0
+        return self.split is not None and step % self.cfg.every == 0
 
-    def is_new_best(self, result: dict) -> bool:
-        """Whether ``result`` improves ``best_metric`` (lower is better for NLL, higher otherwise);
+    def is_new_best(self, scores: dict[str, float]) -> bool:
+        """Whether ``scores`` improve ``best_metric`` (lower is better for NLL, higher otherwise);
         remembers it if so."""
         metric = self.cfg.best_metric
-        if not metric or metric not in result:
+        if not metric or metric not in scores:
             return False
-        value = float(result[metric])
+        value = float(scores[metric])
         better = self.best is None or (value < self.best if metric.endswith("nll") else value > self.best)
         if better:
             self.best = value
         return better
 
     @torch.no_grad()
-    def run(self, engine, step: int) -> tuple[dict, dict]:
-        """Validate; returns (averages, the full metrics record). Every rank takes part."""
+    def run(self, engine, step: int) -> ValidResult:
+        """Validate (every rank takes part)."""
         if self.split is None:
-            return {}, {}
+            return ValidResult()
         engine.eval()
         model = engine.module
         directions = self.manifest.splits[self.split].directions()
         sums = torch.zeros(len(directions), 2, dtype=torch.float64, device=self.device)   # nll, tokens
         for k, direction in enumerate(directions):
             for i, batch in enumerate(self._batches(direction, model.cfg.pad_id)):
-                if self.cfg.valid_max_batches and i >= self.cfg.valid_max_batches:
+                if self.cfg.max_batches and i >= self.cfg.max_batches:
                     break
                 batch = batch.to(self.device)
                 logits = engine(batch.src_tokens, model.shift_right(batch.tgt_tokens), batch.tgt_lang,
@@ -60,51 +99,48 @@ class Validator:
         per_dir = {d: nll / max(n, 1) for d, (nll, n) in zip(directions, sums.tolist())}   # one read
         sup = [v for d, v in per_dir.items() if not self.manifest.is_zero_shot(d)]
         zero = [v for d, v in per_dir.items() if self.manifest.is_zero_shot(d)]
-        out = {"valid_nll": sum(sup) / max(len(sup), 1)}
+        scores = {"valid_nll": sum(sup) / max(len(sup), 1)}
         if zero:
-            out["valid_zero_shot_nll"] = sum(zero) / len(zero)
-        record = {"step": step, **out, "valid_by_direction": per_dir}
-        if self.cfg.valid_decode_sentences:
-            decoded = self._decode(model)
-            out.update(decoded.pop("averages"))
-            record.update(out, valid_decoding=decoded)
+            scores["valid_zero_shot_nll"] = sum(zero) / len(zero)
+        record = {"step": step, **scores, "valid_by_direction": per_dir}
+        if self.cfg.decode_sentences:
+            decoded, by_direction = self._decode(model)
+            scores.update(decoded)
+            record.update(scores, valid_decoding={"by_direction": by_direction})
         engine.train()
-        return out, record
+        return ValidResult(scores, record)
 
     def _batches(self, direction: str, pad: int):
         """This rank's validation batches of ``direction``: its slice of every row, or with
-        ``valid_max_sentences`` = N its share of the first N lines (every rank reads the
-        direction, a dev set of a few thousand rows, and keeps lines in its own range)."""
-        cfg, max_tokens, tag = self.cfg, self.stream_cfg.max_tokens, self.stream_cfg.add_lang_tag
-        n = cfg.valid_max_sentences
+        ``max_sentences`` = N its share of the first N lines (every rank reads the direction, a
+        dev set of a few thousand rows, and keeps lines in its own range)."""
+        max_tokens, tag, n = self.stream_cfg.max_tokens, self.stream_cfg.add_lang_tag, self.cfg.max_sentences
         if not n:
-            return eval_batches(cfg.data, self.split, direction, max_tokens, self.rank, self.world, tag)
+            return eval_batches(self.data, self.split, direction, max_tokens, self.rank, self.world, tag)
         first, last = self.rank * n // self.world, (self.rank + 1) * n // self.world
-        return lines_between(eval_batches(cfg.data, self.split, direction, max_tokens, 0, 1, tag),
+        return lines_between(eval_batches(self.data, self.split, direction, max_tokens, 0, 1, tag),
                              first, last, pad, max_tokens)
 
-    def _decode(self, model) -> dict:
+    def _decode(self, model) -> tuple[dict[str, float], dict[str, dict]]:
         """Greedy translations of the first validation sentences of every direction on rank 0:
-        BLEU and off-target rate over training show when (and whether) zero-shot collapses."""
-        result = {"averages": {}}
+        BLEU and off-target rate over training show when (and whether) zero-shot collapses.
+        Returns the averages and each direction's BLEU and off-target rate."""
+        scores, by_direction = {}, {}
         if self.rank == 0:
             from cll_scale.decoding import DecodeConfig
-            from cll_scale.evaluate import evaluate_model, pairs_from_shards
+            from cll_scale.evaluate import pairs_from_shards, score_model
             from cll_scale.translate import TranslateConfig, Translator
-            tr = Translator(model, self.manifest, Path(self.cfg.data) / self.manifest.tokenizer.file,
+            tr = Translator(model, self.manifest, Path(self.data) / self.manifest.tokenizer.file,
                             TranslateConfig(DecodeConfig(beam=1)), lang_tag=self.stream_cfg.add_lang_tag)
-            report = evaluate_model(tr, pairs_from_shards(self.cfg.data, self.split),
-                                    max_sentences=self.cfg.valid_decode_sentences, log=lambda s: None)
-            for kind, key in (("supervised", "valid_bleu"), ("zero-shot", "valid_zero_shot_bleu")):
-                if kind in report["averages"]:
-                    result["averages"][key] = report["averages"][kind]["bleu"]
-            if "zero-shot" in report["averages"]:
-                z = report["averages"]["zero-shot"]
-                result["averages"]["valid_zero_shot_offtarget"] = z["off_target_restricted"]
-                result["averages"]["valid_zero_shot_code_switch"] = z["code_switch"]
-            result["by_direction"] = {d["direction"]: {k: d[k] for k in ("bleu", "off_target_restricted")}
-                                      for d in report["directions"]}
-        return ds.all_gather_object(result)[0]     # every rank logs the same numbers
+            ev = score_model(tr, pairs_from_shards(self.data, self.split),
+                             max_sentences=self.cfg.decode_sentences, log=lambda s: None)
+            means = {"valid_bleu": ev.mean(SUPERVISED, "bleu"), "valid_zero_shot_bleu": ev.mean(ZERO_SHOT, "bleu"),
+                     "valid_zero_shot_offtarget": ev.mean(ZERO_SHOT, "off_target_restricted"),
+                     "valid_zero_shot_code_switch": ev.mean(ZERO_SHOT, "code_switch")}
+            scores = {k: v for k, v in means.items() if v is not None}
+            by_direction = {r.direction: {"bleu": r.bleu, "off_target_restricted": r.off_target_restricted}
+                            for r in ev.results}
+        return ds.all_gather_object((scores, by_direction))[0]     # every rank logs the same numbers
 
 
 def lines_between(batches, first: int, last: int, pad: int, max_tokens: int):

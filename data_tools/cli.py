@@ -67,7 +67,7 @@ def format_table(m: Manifest) -> str:
         for d in sorted(set(split.directions()) | set(split.filtered)):
             shards = [s for s in split.shards if s.direction == d]
             f = split.filtered.get(d, {})
-            kind = "zero-shot" if m.is_zero_shot(d) else "supervised"
+            kind = m.kind(d)
             lines.append(f"{name:<18} {d:<9} {kind:<10} {sum(s.rows for s in shards):>10,} "
                          f"{sum(s.src_tokens for s in shards):>11,} {sum(s.tgt_tokens for s in shards):>11,} "
                          f"{f.get('empty', 0):>6} {f.get('too_long', 0):>6} {len(shards):>6}")

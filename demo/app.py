@@ -31,6 +31,7 @@ import sacrebleu  # noqa: E402
 from cll_scale.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
 from cll_scale.langid import Lingua, detect  # noqa: E402
 from cll_scale.languages import Direction  # noqa: E402
+from cll_scale.manifest import UNSEEN  # noqa: E402
 from cll_scale.translate import Translator  # noqa: E402
 
 MAX_CHARS = 1000
@@ -41,10 +42,8 @@ WHY_COMPONENTS = ("ffn2", "lsl2")      # the FFN's and the LSL's whole outputs: 
 
 
 def direction_kind(translator: Translator, src: str, tgt: str) -> str:
-    d = f"{src}-{tgt}"
-    if d in translator.manifest.supervised:
-        return "supervised"
-    return "zero-shot" if d in translator.manifest.zero_shot else "unseen in training"
+    kind = translator.manifest.kind(Direction(src, tgt))
+    return "unseen in training" if kind == UNSEEN else kind
 
 
 @lru_cache(maxsize=8)

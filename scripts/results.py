@@ -37,7 +37,7 @@ from cll_scale.precision import hardware  # noqa: E402
 from cll_scale.repro.plan import Budget  # noqa: E402
 from cll_scale.repro.report import plot_links  # noqa: E402
 from cll_scale.repro.scheduler import train  # noqa: E402
-from cll_scale.trainer import frozen_names  # noqa: E402
+from cll_scale.run import frozen_names  # noqa: E402
 
 PY = sys.executable
 

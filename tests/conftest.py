@@ -70,6 +70,6 @@ def tiny_export(m30k_centered, tmp_path_factory) -> Path:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
                     "--run-dir", str(run), "--max-steps", "15", "--ds-config", "cpu_fp32.json",
-                    "--set", "train.valid_every=1000", "--set", "data.max_tokens=1024", "--set", "train.lr=3e-3",
-                    "--set", "train.warmup_steps=5"], cwd=ROOT, env=env, check=True, capture_output=True)
+                    "--set", "valid.every=1000", "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3",
+                    "--set", "optim.warmup_steps=5"], cwd=ROOT, env=env, check=True, capture_output=True)
     return run / "export"

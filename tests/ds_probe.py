@@ -9,6 +9,7 @@ import torch
 
 from cll_scale import engine as ds
 from cll_scale.train import build_parser, recipe_from_args
+from cll_scale.run import build_run
 from cll_scale.trainer import Trainer
 
 
@@ -23,7 +24,7 @@ def split_report(argv=None) -> tuple[str, list[str]]:
 def main(argv=None):
     report, argv = split_report(argv)
     args = build_parser().parse_args(argv)
-    trainer = Trainer(recipe_from_args(args), resume=args.resume)
+    trainer = Trainer(build_run(recipe_from_args(args), resume=args.resume))
     result = trainer.train()
     eng = trainer.engine
     digest = hashlib.sha256()

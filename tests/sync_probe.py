@@ -14,6 +14,7 @@ import torch
 
 from cll_scale import train as train_mod
 from cll_scale.train import build_parser, recipe_from_args
+from cll_scale.run import build_run
 from cll_scale.trainer import Trainer
 from tests.ds_probe import split_report
 
@@ -50,7 +51,7 @@ _counting(torch.cuda, "synchronize")
 def main(argv=None):
     report, argv = split_report(argv)
     args = build_parser().parse_args(argv)
-    trainer = Trainer(recipe_from_args(args), resume=args.resume)
+    trainer = Trainer(build_run(recipe_from_args(args), resume=args.resume))
     from deepspeed.accelerator import get_accelerator
     _counting(type(get_accelerator()), "synchronize")
     real_step = trainer.train_step
@@ -58,7 +59,7 @@ def main(argv=None):
     def counted_step():
         # A loop iteration runs from one train_step to the next: the step's own work plus the
         # loop's bookkeeping after it (agreement, metrics, logging) are charged to that step.
-        STATE["step"] = trainer.step + 1
+        STATE["step"] = trainer.state.step + 1
         return real_step()
     trainer.train_step = counted_step
     result = trainer.train()
@@ -66,7 +67,7 @@ def main(argv=None):
     train_mod.ds.shutdown()
     with open(report, "w") as f:
         json.dump({"counts": {step: dict(c) for step, c in COUNTS.items()}, "result": result,
-                   "log_every": trainer.cfg.log_every}, f)
+                   "log_every": trainer.cfg.log.every}, f)
 
 
 if __name__ == "__main__":

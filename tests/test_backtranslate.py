@@ -28,7 +28,7 @@ def small_model(small_multiway, tmp_path):
     run = tmp_path / "pretrain"
     subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
                     "--run-dir", str(run), "--max-steps", "10", "--ds-config", "cpu_fp32.json",
-                    "--set", "data.max_tokens=1024", "--set", "train.lr=3e-3", "--set", "train.warmup_steps=5"],
+                    "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
                    cwd=ROOT, env=ENV, check=True, capture_output=True)
     return shards, run / "export"
 

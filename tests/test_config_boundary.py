@@ -7,7 +7,9 @@ import math
 import pytest
 
 from cll_scale.cli import EXIT_FILES, EXIT_INPUT
-from cll_scale.config import ModelConfig, TrainConfig, _coerce, coerce_number, load_recipe
+from cll_scale.checkpointer import CheckpointConfig
+from cll_scale.config import ModelConfig, TrainConfig, _coerce, coerce_number, load_recipe, section_classes
+from cll_scale.optim import OptimConfig
 from cll_scale.outputs import json_text
 from cll_scale.stream import StreamConfig
 from tests.conftest import run_cli
@@ -18,28 +20,29 @@ from tests.test_train import common
 # -- findings 7, 20: non-finite and fractional settings -------------------------------------------
 
 @pytest.mark.parametrize("cls, key, value, needle", [
-    (TrainConfig, "clip_norm", float("nan"), "train.clip_norm must be a finite number"),
-    (TrainConfig, "lr", "inf", "train.lr must be a finite number"),
+    (OptimConfig, "clip_norm", float("nan"), "optim.clip_norm must be a finite number"),
+    (OptimConfig, "lr", "inf", "optim.lr must be a finite number"),
     (StreamConfig, "temperature", "nan", "data.temperature must be a finite number"),
     (StreamConfig, "pool_blocks", 2.5, "data.pool_blocks must be a whole number, not 2.5"),
     (ModelConfig, "lsl_dim", "16.5", "model.lsl_dim must be a whole number"),
-    (TrainConfig, "export", "yes", "train.export must be true or false"),
+    (CheckpointConfig, "export", "yes", "checkpoint.export must be true or false"),
     (TrainConfig, "max_steps", "many", "train.max_steps: 'many' is not an integer"),
 ])
 def test_every_numeric_setting_is_checked_at_the_boundary(cls, key, value, needle):
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
-        _coerce(cls, {key: value})
+        section = {c: name for name, c in section_classes().items()}[cls]
+        _coerce(cls, section, {key: value})
 
 
 def test_numbers_that_mean_the_same_are_accepted():
-    assert coerce_number("train.lr", "7e-4", float) == 7e-4          # YAML reads 7e-4 as a string
+    assert coerce_number("optim.lr", "7e-4", float) == 7e-4          # YAML reads 7e-4 as a string
     assert coerce_number("train.max_steps", 1e3, int) == 1000 and isinstance(coerce_number("x", 1e3, int), int)
     assert coerce_number("train.max_minutes", 0, float) == 0.0
-    assert _coerce(ModelConfig, {"residual_layer": None}) == {"residual_layer": None}   # optional stays optional
+    assert _coerce(ModelConfig, "model", {"residual_layer": None}) == {"residual_layer": None}   # optional stays optional
 
 
 def test_bad_numbers_from_the_command_line_name_the_setting(m30k_centered, tmp_path):
-    for setting, needle in (("train.clip_norm=nan", "train.clip_norm must be a finite number"),
+    for setting, needle in (("optim.clip_norm=nan", "optim.clip_norm must be a finite number"),
                             ("data.pool_blocks=2.5", "data.pool_blocks must be a whole number"),
                             ("data.temperature=nan", "data.temperature must be a finite number")):
         res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "run", 2, "--set", setting))
@@ -49,7 +52,7 @@ def test_bad_numbers_from_the_command_line_name_the_setting(m30k_centered, tmp_p
 
 def test_the_project_writes_strict_json_only():
     assert json_text({"a": [1.5, None]}) == '{"a": [1.5, null]}'
-    with pytest.raises(ValueError, match="train.clip_norm is not finite"):
+    with pytest.raises(ValueError, match="optim.clip_norm is not finite"):
         json_text({"train": {"clip_norm": math.nan}})
     json.loads(json_text({"x": 1e300}), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
     # a measurement that may be non-finite (a skipped step's gradient norm in metrics.jsonl): null

@@ -17,7 +17,7 @@ from tests.test_train import common, losses
 @pytest.mark.parametrize("damage", ["truncate model states", "delete optimizer states"])
 def test_a_damaged_checkpoint_is_never_used_again(m30k_centered, tmp_path, damage):
     run = tmp_path / "run"
-    settings = ("--set", "train.ckpt_every=10", "--set", "train.keep_last=3", "--set", "train.valid_every=15")
+    settings = ("--set", "checkpoint.every=10", "--set", "checkpoint.keep_last=3", "--set", "valid.every=15")
     assert cli("cll_scale.train", *common(m30k_centered, run, 30, *settings)).returncode == 0
     step30 = run / "checkpoints" / "step00000030"
     if damage.startswith("truncate"):
@@ -46,7 +46,7 @@ def test_fine_tuning_arguments_are_checked_before_any_work(tiny_export, m30k_cen
                           (["--lr", "inf"], "--lr: inf: expected a finite number")):
         res = cli(*base, *extra, timeout=120)
         assert res.returncode == EXIT_INPUT and needle in res.stderr, res.stderr[-2000:]
-        assert "train.lr" not in res.stderr and "Traceback" not in res.stderr
+        assert "optim.lr" not in res.stderr and "Traceback" not in res.stderr
         assert not out.exists()                             # nothing generated, nothing recorded
     ext = tmp_path / "ext"
     res = cli("cll_scale.extend", "--model", tiny_export, "--data", m30k_centered, "--corpus", multi30k,

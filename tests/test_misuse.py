@@ -61,7 +61,7 @@ def test_second_run_into_the_same_directory_is_refused_and_a_killed_one_resumes(
         first.kill()          # kill -9: the kernel drops the lock with the process
         first.wait()
     steps = max(losses(run))
-    res = cli("cll_scale.train", *common(m30k_centered, run, steps + 2, "--set", "train.ckpt_every=1"), "--resume")
+    res = cli("cll_scale.train", *common(m30k_centered, run, steps + 2, "--set", "checkpoint.every=1"), "--resume")
     assert res.returncode == 0, res.stderr[-3000:]
 
 
@@ -69,23 +69,23 @@ def test_second_run_into_the_same_directory_is_refused_and_a_killed_one_resumes(
 
 def test_resume_falls_back_to_the_newest_complete_checkpoint(m30k_centered, tmp_path):
     run = tmp_path / "run"
-    args = common(m30k_centered, run, 30, "--set", "train.ckpt_every=10", "--set", "train.keep_last=3",
-                  "--set", "train.export=false")
+    args = common(m30k_centered, run, 30, "--set", "checkpoint.every=10", "--set", "checkpoint.keep_last=3",
+                  "--set", "checkpoint.export=false")
     assert cli("cll_scale.train", *args).returncode == 0
     ckpt = run / "checkpoints"
     meta = json.loads((ckpt / "step00000030" / "cll_meta.json").read_text())
     assert meta["files"] and all(size > 0 for size in meta["files"].values())   # recorded at commit
     # `latest` names a checkpoint that is not there: resume from step 30, the newest complete one.
     (ckpt / "latest").write_text("step00000099")
-    res = cli("cll_scale.train", *common(m30k_centered, run, 32, "--set", "train.ckpt_every=10",
-                                         "--set", "train.keep_last=3", "--set", "train.export=false"), "--resume")
+    res = cli("cll_scale.train", *common(m30k_centered, run, 32, "--set", "checkpoint.every=10",
+                                         "--set", "checkpoint.keep_last=3", "--set", "checkpoint.export=false"), "--resume")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "names step00000099 (missing); resuming from step00000030" in res.stderr
     assert "at step 30" in res.stderr
     # The newest checkpoint lost its optimizer file: resume from the one before, saying so.
     optim = next((ckpt / "step00000032").glob("*optim_states.pt"))
     optim.unlink()
-    res = cli("cll_scale.train", *common(m30k_centered, run, 33, "--set", "train.export=false"), "--resume")
+    res = cli("cll_scale.train", *common(m30k_centered, run, 33, "--set", "checkpoint.export=false"), "--resume")
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"{optim.name} missing); resuming from step00000030" in res.stderr
     # keep_last keeps complete checkpoints; nothing complete at all is an error listing what is there.
@@ -98,8 +98,8 @@ def test_resume_falls_back_to_the_newest_complete_checkpoint(m30k_centered, tmp_
 
 def test_resume_with_other_model_settings_is_refused_before_loading(m30k_centered, tmp_path):
     run = tmp_path / "run"
-    assert cli("cll_scale.train", *common(m30k_centered, run, 3, "--set", "train.export=false")).returncode == 0
-    args = common(m30k_centered, run, 6, "--set", "train.export=false")
+    assert cli("cll_scale.train", *common(m30k_centered, run, 3, "--set", "checkpoint.export=false")).returncode == 0
+    args = common(m30k_centered, run, 6, "--set", "checkpoint.export=false")
     args[args.index("tiny")] = "small"
     res = cli("cll_scale.train", *args, "--resume")
     one_line_error(res, "cll-train", EXIT_INPUT, "--resume:", "model.d_model=32 (now 256)")
@@ -179,7 +179,7 @@ def test_impossible_settings_and_bad_recipes_are_one_line_errors(m30k_centered, 
     res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "a", 2, "--set", "model.dropout=1.5"))
     one_line_error(res, "cll-train", EXIT_INPUT, "model.dropout must be in [0, 1), not 1.5")
     res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "a", 2, "--set", "train.lrr=1"))
-    one_line_error(res, "cll-train", EXIT_INPUT, "unknown setting train.lrr; did you mean train.lr?")
+    one_line_error(res, "cll-train", EXIT_INPUT, "unknown setting train.lrr; did you mean optim.lr?")
     bad = tmp_path / "bad.yaml"
     bad.write_text("preset: tiny\nmodel:\n  dropout: [0.1\n")
     res = cli("cll_scale.train", "--recipe", bad, "--data", m30k_centered, "--max-steps", 1)
@@ -244,7 +244,7 @@ def test_repro_writes_outside_the_checkout_and_checks_its_arguments_first(multi3
 def test_ctrl_c_checkpoints_and_exits_130_in_one_line(m30k_centered, tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen([PY, "-m", "cll_scale.train", *common(m30k_centered, run, 100000,
-                                                                  "--set", "train.export=false")],
+                                                                  "--set", "checkpoint.export=false")],
                             cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and losses(run)):
@@ -309,7 +309,7 @@ def test_no_validation_split_is_said_once_at_start(small_multiway, tmp_path):
     from data_tools.sources import read_multiway
     shards = tmp_path / "shards"
     build_shards(read_multiway(corpus, "centered"), BuildConfig(out_dir=str(shards), vocab_size=800))
-    res = cli("cll_scale.train", *common(shards, tmp_path / "run", 3, "--set", "train.valid_every=1"))
+    res = cli("cll_scale.train", *common(shards, tmp_path / "run", 3, "--set", "valid.every=1"))
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stderr.count("no validation split: no validation, and no export-best/") == 1
     assert (tmp_path / "run" / "export").is_dir() and not (tmp_path / "run" / "export-best").exists()

@@ -1,6 +1,6 @@
 """What a full-scale run needs before it starts: `cll-train --dry-run` (the run built and timed,
 its figures consistent with the manifest, nothing written to the run directory) and validation on
-the first N sentences of each direction (`train.valid_max_sentences`, OPUS-100: 200 of 2,000)."""
+the first N sentences of each direction (`valid.max_sentences`, OPUS-100: 200 of 2,000)."""
 import json
 import os
 import subprocess
@@ -72,7 +72,7 @@ def test_valid_max_sentences_splits_the_first_lines_over_ranks(m30k_centered):
 
 
 def test_validator_scores_only_the_first_sentences(m30k_centered, monkeypatch):
-    """The validation NLL with train.valid_max_sentences = N is the NLL of the first N lines of each
+    """The validation NLL with valid.max_sentences = N is the NLL of the first N lines of each
     direction, computed here one sentence at a time."""
     from cll_scale.config import PRESETS, ModelConfig
     from cll_scale.manifest import Manifest
@@ -96,12 +96,12 @@ def test_validator_scores_only_the_first_sentences(m30k_centered, monkeypatch):
 
 
 def check_first_sentences(m, model, engine, shards, n=12):
-    from cll_scale.config import TrainConfig
     from cll_scale.model import label_smoothed_loss
     from cll_scale.stream import StreamConfig, eval_batches
-    from cll_scale.validator import Validator, lines_between
-    cfg = TrainConfig(data=str(shards), valid_max_sentences=n)
-    _, record = Validator(cfg, StreamConfig(max_tokens=1024), m, 0, 1, torch.device("cpu"), None).run(engine, 1)
+    from cll_scale.validator import ValidConfig, Validator, lines_between
+    validator = Validator(ValidConfig(max_sentences=n), str(shards), StreamConfig(max_tokens=1024), m, 0, 1,
+                          torch.device("cpu"), None)
+    record = validator.run(engine, 1).record
     assert len(record["valid_by_direction"]) == len(m.splits["valid"].directions())
     with torch.no_grad():
         for direction, got in record["valid_by_direction"].items():
@@ -122,6 +122,6 @@ def test_recipe_for_opus100_resolves():
     from cll_scale.manifest import TokenizerInfo
     recipe = load_recipe(ROOT / "recipes" / "opus100_fcll_paper.yaml")
     tok = TokenizerInfo("spm.model", "", 64000, 0, 1, 2, 3, {})
-    model, stream, train = build_configs(recipe, ["en", "de", "fr"], "en", tok)
-    assert (model.d_model, model.encoder_layers, model.variant) == (512, 6, "fcll")
-    assert stream.temperature == 5.0 and train.valid_max_sentences == 200
+    cfg = build_configs(recipe, ["en", "de", "fr"], "en", tok)
+    assert (cfg.model.d_model, cfg.model.encoder_layers, cfg.model.variant) == (512, 6, "fcll")
+    assert cfg.data.temperature == 5.0 and cfg.valid.max_sentences == 200 and cfg.optim.clip_norm == 0.0

@@ -31,7 +31,7 @@ def test_non_finite_loss_is_skipped_and_weights_stay_finite(m30k_centered, tmp_p
     run = tmp_path / "nan"
     env = dict(ENV, CLL_FAULT="nan@3")
     res = subprocess.run([sys.executable, "-m", "cll_scale.train",
-                          *common(m30k_centered, run, 6, "--set", "train.ckpt_every=1", "--set", "train.keep_last=10")],
+                          *common(m30k_centered, run, 6, "--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=10")],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "step 3: non-finite loss or gradients" in res.stderr and "skipped on every rank" in res.stderr
@@ -48,7 +48,7 @@ def test_non_finite_loss_is_skipped_and_weights_stay_finite(m30k_centered, tmp_p
 
 def test_crash_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_path):
     run = tmp_path / "crash"
-    args = common(m30k_centered, run, 14, "--set", "train.ckpt_every=5", "--set", "train.export=false")
+    args = common(m30k_centered, run, 14, "--set", "checkpoint.every=5", "--set", "checkpoint.export=false")
     res = subprocess.run([sys.executable, "-m", "cll_scale.train", *args], cwd=ROOT,
                          env=dict(ENV, CLL_FAULT="crash_in_save@10"), capture_output=True, text=True, timeout=600)
     assert res.returncode == 137
@@ -58,7 +58,7 @@ def test_crash_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_
     res = cll_train(*args, "--resume")
     assert "resumed from" in res.stderr and "step00000005 at step 5" in res.stderr
     reference = tmp_path / "ref"
-    cll_train(*common(m30k_centered, reference, 14, "--set", "train.export=false"))
+    cll_train(*common(m30k_centered, reference, 14, "--set", "checkpoint.export=false"))
     a, b = losses(reference), last_losses(run)
     assert all(abs(a[s] - b[s]) <= 1e-6 for s in range(6, 15))
     assert (ckpt / "latest").read_text() == "step00000014"
@@ -112,7 +112,7 @@ def test_kill_9_between_checkpoints_then_exact_resume(m30k_centered, tmp_path):
     """Two ranks, fp32, SIGKILL to the whole launch between checkpoints; the relaunch with
     --resume reproduces the uninterrupted run's losses, data stream included."""
     def launch(run, steps, *extra):
-        args = common(m30k_centered, run, steps, "--set", "train.ckpt_every=6", "--set", "train.export=false", *extra)
+        args = common(m30k_centered, run, steps, "--set", "checkpoint.every=6", "--set", "checkpoint.export=false", *extra)
         return subprocess.Popen([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()),
                                  "--module", "cll_scale.train", *args], cwd=ROOT, env=ENV, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -187,15 +187,15 @@ def test_full_disk_during_shard_build_keeps_the_old_output(small_multiway, tmp_p
 
 def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_path):
     run = tmp_path / "run"
-    cll_train(*common(m30k_centered, run, 4, "--set", "train.export=false"))
+    cll_train(*common(m30k_centered, run, 4, "--set", "checkpoint.export=false"))
     res = subprocess.run([sys.executable, "-m", "cll_scale.train",
-                          *common(m30k_centered, run, 8, "--set", "train.export=false"), "--resume"],
+                          *common(m30k_centered, run, 8, "--set", "checkpoint.export=false"), "--resume"],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600,
                          preexec_fn=_file_size_limit(1_000_000))
     assert res.returncode == 3, res.stderr[-2000:]      # the file system refused (cll_scale.cli)
     assert "saving the step 8 checkpoint" in res.stderr and "step00000004 is intact" in res.stderr
     assert (run / "checkpoints" / "latest").read_text() == "step00000004"
-    res = cll_train(*common(m30k_centered, run, 8, "--set", "train.export=false"), "--resume")
+    res = cll_train(*common(m30k_centered, run, 8, "--set", "checkpoint.export=false"), "--resume")
     assert "step00000004 at step 4" in res.stderr and (run / "checkpoints" / "latest").read_text() == "step00000008"
 
 
@@ -205,7 +205,7 @@ def test_sigterm_checkpoints_the_current_step_then_exact_resume(m30k_centered, t
     or on preemption: both ranks stop at the same step with a checkpoint of that step, although
     none was due, and --resume continues exactly."""
     def launch(run, steps, *extra):
-        args = common(m30k_centered, run, steps, "--set", "train.ckpt_every=1000", "--set", "train.export=false")
+        args = common(m30k_centered, run, steps, "--set", "checkpoint.every=1000", "--set", "checkpoint.export=false")
         return subprocess.Popen([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module",
                                  "cll_scale.train", *args, *extra], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -22,7 +22,7 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
             "--minutes-per-model", "0.05", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
             "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
             "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
-            "--set", "train.valid_every=5", "--set", "train.valid_decode_sentences=3",
+            "--set", "valid.every=5", "--set", "valid.decode_sentences=3",
             "--set", "train.ds_config=cpu_fp32.json"]
     first = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -157,7 +157,7 @@ def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_pa
             "--parallel", "2", "--minutes-per-model", "10", "--multi30k", str(multi30k),
             "--shards-root", str(tmp_path / "shards"), "--runs-root", str(runs), "--out", str(tmp_path / "results"),
             "--set", "preset=tiny", "--set", "data.max_tokens=1024", "--set", "train.ds_config=cpu_fp32.json",
-            "--set", "train.valid_every=100000"]
+            "--set", "valid.every=100000"]
     proc = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = [runs / f"multi30k-triangle-{v}" / "metrics.jsonl" for v in ("baseline", "fcll")]
     deadline = time.time() + 600
@@ -211,7 +211,7 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     assert use_records(here, {"fcll seed1": identity}, records, budget) == here      # the run is here
     gone = {"fcll seed1": tmp_path / "elsewhere" / run.name}
     assert use_records(gone, {"fcll seed1": identity}, records, budget) == {"fcll seed1": records / run.name}
-    other = training_identity(recipe, ["train.seed=1", "train.lr=1e-4"], budget)
+    other = training_identity(recipe, ["train.seed=1", "optim.lr=1e-4"], budget)
     assert use_records(gone, {"fcll seed1": other}, records, budget) == gone
     longer = Budget(steps=20)
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], longer)}, records, longer) == gone
@@ -311,12 +311,13 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
         found = recipe_files(ROOT / "recipes", "triangle", settings)
         assert sorted(found) == ["baseline", "fcll", "sd", "sd_attn"], (settings, found)
         for variant, path in found.items():
-            model, _, train = build_configs(load_recipe(path), ["de", "fr", "cs"], None, tok)
+            cfg = build_configs(load_recipe(path), ["de", "fr", "cs"], None, tok)
+            model, train, optim = cfg.model, cfg.train, cfg.optim
             assert train.run_dir.endswith(f"multi30k-triangle{settings_suffix(settings)}-{variant}"), path
             assert model.variant == {"sd_attn": "sd"}.get(variant, variant)
             assert model.residual_sublayer == {"sd": "ffn", "sd_attn": "self_attn"}.get(variant), path
             authors = (not model.pre_norm, model.init, model.dropout, model.cll_dropout, model.lsl_dim,
-                       train.lr, train.weight_decay)
+                       optim.lr, optim.weight_decay)
             if settings == "small":
                 assert (model.d_model, model.encoder_layers) == (256, 3) and not authors[0], path
             else:     # the authors' code: post-norm, Xavier, dropout 0.3, LSL inner 2·d, their optimiser
@@ -341,8 +342,8 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
         raw = load_recipe(path)
         assert {"mixing"} <= set(raw["data"]) and {"lsl_dropout"} <= set(raw["model"]), path
         resolved[variant] = build_configs(raw, ["de", "fr", "cs"], None, tok)
-    rules = {v: (m.variant, s.mixing, m.lsl_dropout, s.rows_fraction, m.residual_sublayer)
-             for v, (m, s, _) in resolved.items()}
+    rules = {v: (c.model.variant, c.data.mixing, c.model.lsl_dropout, c.data.rows_fraction, c.model.residual_sublayer)
+             for v, c in resolved.items()}
     assert rules["fcll_double"] == ("fcll", "direction", "double", 1.0, None)     # the study's rules
     assert rules["fcll_onedir"] == ("fcll", "direction", "authors", 1.0, None)
     assert rules["fcll"] == ("fcll", "mixed", "authors", 1.0, None)
@@ -363,10 +364,10 @@ def test_a_rerun_with_another_set_is_refused_naming_each_difference(tmp_path):
                                                  "train": {"lr": 0.001, "max_minutes": 0.0}}))
     runs, recipes = {"fcll": run}, {"fcll": recipe}
     check_trained_settings(runs, recipes, {"fcll": []}, [])              # as trained (budgets aside)
-    check_trained_settings(runs, recipes, {"fcll": []}, ["data.seed=1", "train.lr=1e-3"])
+    check_trained_settings(runs, recipes, {"fcll": []}, ["data.seed=1", "optim.lr=1e-3"])
     with pytest.raises(ValueError) as err:
-        check_trained_settings(runs, recipes, {"fcll": []}, ["model.lsl_dim=8", "train.lr=0.5"])
-    assert "fcll: model.lsl_dim=8 (trained with 16), train.lr=0.5 (trained with 0.001)" in str(err.value)
+        check_trained_settings(runs, recipes, {"fcll": []}, ["model.lsl_dim=8", "optim.lr=0.5"])
+    assert "fcll: model.lsl_dim=8 (trained with 16), optim.lr=0.5 (trained with 0.001)" in str(err.value)
     assert "another --runs-root" in str(err.value)
 
 
@@ -449,7 +450,7 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
             "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
             "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr", "--max-sentences", "3",
             "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
-            "--set", "train.valid_every=1000", "--set", "train.ds_config=cpu_fp32.json"]
+            "--set", "valid.every=1000", "--set", "train.ds_config=cpu_fp32.json"]
     done = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "results" / "triangle-cll-layers.md").read_text()

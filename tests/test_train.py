@@ -18,8 +18,8 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 def common(shards, run_dir, steps, *extra):
     return ["--data", str(shards), "--preset", "tiny", "--run-dir", str(run_dir), "--max-steps", str(steps),
-            "--ds-config", "cpu_fp32.json", "--set", "train.log_every=1", "--set", "train.valid_every=1000",
-            "--set", "data.max_tokens=1024", "--set", "train.lr=3e-3", "--set", "train.warmup_steps=10",
+            "--ds-config", "cpu_fp32.json", "--set", "log.every=1", "--set", "valid.every=1000",
+            "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10",
             *extra]
 
 
@@ -57,7 +57,7 @@ def full_run(m30k_centered, tmp_path_factory) -> Path:
     stale = {"step": 30, "loss": 9.9, "nll": 9.9, "ppl": 2e4, "lr": 1e-3, "tokens_per_s": 1.0, "epoch": 0.1,
              "grad_norm": 1.0, "skipped": 0, "elapsed_s": 1.0, "tokens_seen": 1}
     (full / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
-    cll_train(*common(m30k_centered, full, 40, "--set", "train.ckpt_every=20"))
+    cll_train(*common(m30k_centered, full, 40, "--set", "checkpoint.every=20"))
     return full
 
 
@@ -98,13 +98,13 @@ def test_losses_match_the_golden_run(full_run):
 
 def test_a_resumed_run_is_the_uninterrupted_run_and_exports_its_best(full_run, m30k_centered, tmp_path):
     split = tmp_path / "split"
-    cll_train(*common(m30k_centered, split, 17, "--set", "train.export=false"))
+    cll_train(*common(m30k_centered, split, 17, "--set", "checkpoint.export=false"))
     with open(split / "metrics.jsonl", "a") as f:    # what a run killed after its checkpoint leaves
         f.write(json.dumps({"step": 18, "loss": 99.0}) + "\n")
     # The second half also validates every 10 steps: validation must not disturb training, and the
     # best checkpoint on supervised validation NLL is exported to export-best/.
-    res = cll_train(*common(m30k_centered, split, 40, "--set", "train.ckpt_every=20",
-                            "--set", "train.valid_every=10"), "--resume")
+    res = cll_train(*common(m30k_centered, split, 40, "--set", "checkpoint.every=20",
+                            "--set", "valid.every=10"), "--resume")
     assert "resumed from" in res.stderr and "step00000017" in res.stderr
     a, b = losses(full_run), losses(split)
     assert train_steps(split) == list(range(1, 41)), "stale records kept"
@@ -228,8 +228,8 @@ def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered
     from cll_scale.stream import ShardStream, StreamConfig
     from tests.test_train_step import checkpoint_weights
     run = tmp_path / "run"
-    cll_train(*common(m30k_centered, run, 4, "--set", "train.ckpt_every=1", "--set", "train.keep_last=10",
-                      "--set", "train.export=false", "--set", "data.mixing=direction"))
+    cll_train(*common(m30k_centered, run, 4, "--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=10",
+                      "--set", "checkpoint.export=false", "--set", "data.mixing=direction"))
     config = json.loads((run / "config.json").read_text())
     model_cfg = ModelConfig.from_json(config["model"])
     stream = ShardStream(m30k_centered, StreamConfig(**config["data"]))

@@ -14,8 +14,8 @@ HOST_SIDE = "tolist @ cll_scale/engine.py:host_all_reduce"   # CPU tensors over 
 
 def sync_counts(shards, run, config, tmp_path, log_every=5, steps=12):
     report = tmp_path / f"syncs-{config}.json"
-    args = common(shards, run, steps, "--ds-config", config, "--set", f"train.log_every={log_every}",
-                  "--set", "train.ckpt_every=1000", "--set", "train.export=false", "--set", "train.grad_accum=2")
+    args = common(shards, run, steps, "--ds-config", config, "--set", f"log.every={log_every}",
+                  "--set", "checkpoint.every=1000", "--set", "checkpoint.export=false", "--set", "train.grad_accum=2")
     res = subprocess.run([sys.executable, str(ROOT / "tests" / "sync_probe.py"), *args, "--report", str(report)],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -57,7 +57,7 @@ def test_out_of_memory_on_one_rank_skips_the_step_on_both(m30k_centered, tmp_pat
     run, report = tmp_path / "run", tmp_path / "report.json"
     env = dict(ENV, CLL_FAULT="oom@3", CLL_FAULT_RANK="1")
     out = finish(probe([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port())], m30k_centered, run, report,
-                       5, "--set", "train.ckpt_every=1", "--set", "train.keep_last=10", env=env))
+                       5, "--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=10", env=env))
     assert "rank 1, step 3: out of memory on a" in out and " rows x " in out
     assert "step 3: non-finite loss or gradients, or out of memory" in out
     ranks = json.loads(report.read_text())

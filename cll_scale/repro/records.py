@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from cll_scale.checkpointer import BEST_EXPORT, chosen_export
-from cll_scale.config import TrainConfig, apply_overrides, load_recipe
+from cll_scale.config import SECTIONS, TrainConfig, apply_overrides, load_recipe, upgrade
 from cll_scale.metrics import read_rows
 from cll_scale.outputs import json_text, write_atomic
 from cll_scale.precision import hardware, trained_precision
@@ -116,10 +116,10 @@ def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> l
     path = run_dir / "config.json"
     if not path.is_file():
         return []
-    trained = json.loads(path.read_text())
-    wanted = apply_overrides(load_recipe(recipe), list(overrides))
+    trained = upgrade(json.loads(path.read_text()))       # a run of before the sections reads the same
+    wanted = upgrade(apply_overrides(load_recipe(recipe), list(overrides)))
     diff = []
-    for section in ("model", "data", "train"):
+    for section in SECTIONS:
         for key, value in (wanted.get(section) or {}).items():
             if section == "train" and key in PER_RUN or key not in trained.get(section, {}):
                 continue
