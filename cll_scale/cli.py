@@ -133,23 +133,28 @@ def parse_models(specs: list[str]) -> dict[str, str]:
 
 def add_config_arguments(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
     """One flag per field of the dataclass ``cls`` that carries ``metadata={"help": ...}``
-    (fairseq's way): ``--max-len-a`` for ``max_len_a``, its default and type from the field, so
-    each default and help text is written once, in the config. A field without a default is a
-    required flag; a list field reads comma-separated values; other metadata keys (``type``,
-    ``choices``, ``metavar``) go to ``add_argument``."""
+    (fairseq's way): ``--max-len-a`` for ``max_len_a`` (or the metadata's ``flag``), its default
+    and type from the field, so each default and help text is written once, in the config. A field
+    without a default is a required flag; a list field reads comma-separated values; a switch
+    that is off by default is a plain flag; other metadata keys (``type``, ``choices``,
+    ``metavar``) go to ``add_argument``."""
     own = cls.__dict__.get("__annotations__", {})      # the class's own fields first, inherited ones after
     for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own):
         if "help" not in f.metadata or f.name in skip:
             continue
-        kw = {k: v for k, v in f.metadata.items() if k != "help"}
+        kw = {k: v for k, v in f.metadata.items() if k not in ("help", "flag")}
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if required else f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        if default is False:
+            p.add_argument(flag, dest=f.name, action="store_true", help=f.metadata["help"])
+            continue
         if "type" not in kw:
             kw["type"] = (csv_list if isinstance(default, list) else finite_float if isinstance(default, float)
                           else int if isinstance(default, int) and not isinstance(default, bool) else str)
         shown = ",".join(default) if isinstance(default, list) else default
         help_text = f.metadata["help"] + ("" if required or shown in ("", None) else f" (default: {shown})")
-        p.add_argument("--" + f.name.replace("_", "-"), required=required, default=default, help=help_text, **kw)
+        p.add_argument(flag, dest=f.name, required=required, default=default, help=help_text, **kw)
 
 
 def config_from_args(cls, args: argparse.Namespace, **values):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +17,7 @@ import pyarrow as pa
 import sentencepiece as spm
 from tqdm.auto import tqdm
 
+from cll_scale.cli import non_negative_int
 from cll_scale.languages import Direction, lang_tag
 from cll_scale.manifest import MANIFEST, Manifest, ManifestError, Shard, SplitInfo, TokenizerInfo, sha256_file
 from cll_scale.outputs import atomic_dir, check_output
@@ -28,20 +29,26 @@ ID_LIST = pa.list_(pa.int32())
 
 @dataclass
 class BuildConfig:
-    out_dir: str
-    overwrite: bool = False
-    spm_model: str | None = None        # reuse this model instead of learning one
-    vocab_size: int = 8000
-    model_type: str = "bpe"             # on 200k lines, 2 threads: bpe 2-4 s, unigram 45-85 s
-    spm_temperature: float = 5.0
-    spm_sentences: int = 1_000_000
-    character_coverage: float = 0.9995
-    max_tokens: int = 256               # longer training pairs are filtered (and counted)
-    block_rows: int = 1024              # rows per Arrow record batch: the unit of shuffling
-    shard_rows: int = 1_000_000         # rows per shard file at most
-    compression: str | None = "zstd"
-    seed: int = 1
-    threads: int = 2
+    """What ``cll-shards build`` writes; the help texts are its flags (cll_scale.cli.add_config_arguments)."""
+    out_dir: str = field(metadata={"help": "output shard directory (must not exist unless --overwrite)",
+                                   "flag": "--out"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing output directory"})
+    spm_model: str | None = field(default=None, metadata={
+        "help": "reuse this SentencePiece model instead of learning one"})
+    vocab_size: int = field(default=8000, metadata={"help": "SentencePiece vocabulary size"})
+    # on 200k lines, 2 threads: bpe 2-4 s, unigram 45-85 s
+    model_type: str = field(default="bpe", metadata={"help": "SentencePiece model type", "flag": "--spm-type",
+                                                      "choices": ("bpe", "unigram")})
+    spm_temperature: float = field(default=5.0, metadata={"help": "language balancing for the vocabulary"})
+    spm_sentences: int = field(default=1_000_000, metadata={"help": "sampled sentences to learn from"})
+    character_coverage: float = field(default=0.9995, metadata={"help": "SentencePiece character coverage"})
+    max_tokens: int = field(default=256, metadata={"help": "filter training pairs longer than this (counted)"})
+    block_rows: int = field(default=1024, metadata={"help": "rows per Arrow record batch: the unit of shuffling"})
+    shard_rows: int = field(default=1_000_000, metadata={"help": "rows per shard file at most"})
+    compression: str | None = field(default="zstd", metadata={"help": "Arrow IPC compression",
+                                                              "choices": ("zstd", "lz4", "none")})
+    seed: int = field(default=1, metadata={"help": "seed of SentencePiece's sample", "type": non_negative_int})
+    threads: int = field(default=2, metadata={"help": "SentencePiece training threads"})
 
     def __post_init__(self):
         if self.block_rows < 1 or self.shard_rows < self.block_rows:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.cli import add_debug_argument, finite_float, non_negative_int, run
+from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, finite_float, non_negative_int, run
 from cll_scale.manifest import Manifest
 from data_tools.build import BuildConfig, build_shards
 from data_tools.sources import CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
@@ -43,14 +43,8 @@ def read_corpus(args) -> object:
 
 def cmd_build(args) -> int:
     corpus = read_corpus(args)
-    cfg = BuildConfig(out_dir=args.out, overwrite=args.overwrite, spm_model=args.spm_model,
-                      vocab_size=args.vocab_size, model_type=args.spm_type,
-                      spm_temperature=args.spm_temperature, spm_sentences=args.spm_sentences,
-                      character_coverage=args.character_coverage, max_tokens=args.max_tokens,
-                      block_rows=args.block_rows, shard_rows=args.shard_rows,
-                      compression=args.compression, seed=args.seed, threads=args.threads)
-    manifest = build_shards(corpus, cfg)
-    print(f"wrote {args.out}")
+    manifest = build_shards(corpus, config_from_args(BuildConfig, args))
+    print(f"wrote {args.out_dir}")
     print(format_table(manifest))
     return 0
 
@@ -118,7 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="corpus -> SentencePiece model + Arrow shards + manifest")
     b.add_argument("--input", required=True, help="corpus directory, or a hub dataset name with --format hf")
-    b.add_argument("--out", required=True, help="output shard directory (must not exist unless --overwrite)")
     b.add_argument("--format", choices=FORMATS, default="auto")
     b.add_argument("--condition", help="multi-way: centered (default), triangle, square, or directions "
                    "'de-fr,fr-cs'; pair corpora: all (default) or a list of directions to train on")
@@ -126,19 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--central", help="central language of a centered condition (default: en)")
     b.add_argument("--pairs", help="--format hf: configs to read, e.g. de-en,en-fr (default: all)")
     b.add_argument("--allow-lang", action="append", metavar="CODE", help="accept a non-ISO-639-1 code")
-    b.add_argument("--spm-model", help="reuse this SentencePiece model instead of learning one")
-    b.add_argument("--vocab-size", type=int, default=8000)
-    b.add_argument("--spm-type", choices=("bpe", "unigram"), default="bpe")
-    b.add_argument("--spm-temperature", type=finite_float, default=5.0, help="language balancing for the vocabulary")
-    b.add_argument("--spm-sentences", type=int, default=1_000_000, help="sampled sentences to learn from")
-    b.add_argument("--character-coverage", type=finite_float, default=0.9995)
-    b.add_argument("--max-tokens", type=int, default=256, help="filter training pairs longer than this")
-    b.add_argument("--block-rows", type=int, default=1024, help="rows per record batch")
-    b.add_argument("--shard-rows", type=int, default=1_000_000, help="rows per shard file at most")
-    b.add_argument("--compression", choices=("zstd", "lz4", "none"), default="zstd")
-    b.add_argument("--seed", type=non_negative_int, default=1)
-    b.add_argument("--threads", type=int, default=2)
-    b.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    add_config_arguments(b, BuildConfig)
     b.set_defaults(func=cmd_build)
     i = sub.add_parser("inspect", help="print a per-direction table of a shard directory")
     i.add_argument("dir")

@@ -112,3 +112,69 @@ def test_seeds_ports_and_hosts_are_checked_where_the_flag_is_named(tiny_export, 
     with pytest.raises(SystemExit) as exit_:
         shards_main(["build", "--input", str(tmp_path), "--out", str(tmp_path / "o"), "--seed", "-1"])
     assert exit_.value.code == EXIT_INPUT and "-1 is negative" in capsys.readouterr().err
+
+
+# -- issue 36: sections owned by components, flags from their metadata ------------------------------
+
+def test_every_recipe_setting_is_a_flag_with_its_default_and_help_written_once():
+    import dataclasses
+
+    from cll_scale.config import recipe_flags
+    from cll_scale.train import build_parser, recipe_from_args
+    actions = {a.dest: a for a in build_parser()._actions}
+    flagged = 0
+    for section, cls in section_classes().items():
+        for f in dataclasses.fields(cls):
+            if "help" not in f.metadata:
+                assert section == "model" and f.name in ("vocab_size", "pad_id", "bos_id", "eos_id", "languages",
+                                                          "central_language"), (section, f.name)  # the manifest's
+                continue
+            action = actions[f"{section}.{f.name}"]
+            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            assert f.metadata["help"] in action.help and f"default: {default})" in action.help, (section, f.name)
+            assert action.default is None and f"--{section}.{f.name}" in action.option_strings
+            flagged += 1
+    assert flagged >= 60
+    # A flag is read as --set reads it, and --set has the last word.
+    args = build_parser().parse_args(["--optim.warmup-steps", "10", "--max-steps", "7", "--valid.best_metric", "",
+                                      "--variant", "sd", "--set", "optim.warmup_steps=20"])
+    assert sorted(recipe_flags(args)) == ["model.variant=sd", "optim.warmup_steps=10", "train.max_steps=7",
+                                          "valid.best_metric="]
+    assert recipe_from_args(args) == {"model": {"variant": "sd"}, "optim": {"warmup_steps": 20},
+                                      "train": {"max_steps": 7}, "valid": {"best_metric": None}}
+
+
+def test_cll_shards_flags_come_from_the_build_config():
+    import dataclasses
+
+    from cll_scale.cli import config_from_args
+    from data_tools.build import BuildConfig
+    from data_tools.cli import build_parser
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["build"]
+    actions = {a.dest: a for a in sub._actions}
+    for f in dataclasses.fields(BuildConfig):
+        action = actions[f.name]
+        assert f.metadata["help"] in action.help
+        if f.default is not dataclasses.MISSING:
+            assert action.default == f.default
+            assert f.default in (False, None) or f"(default: {f.default})" in action.help
+    args = parser.parse_args(["build", "--input", "x", "--out", "o", "--spm-type", "unigram", "--overwrite"])
+    cfg = config_from_args(BuildConfig, args)
+    assert (cfg.out_dir, cfg.model_type, cfg.overwrite, cfg.vocab_size) == ("o", "unigram", True, 8000)
+
+
+def test_settings_that_moved_to_their_section_are_read_with_one_notice(capsys):
+    from cll_scale.config import MOVED, upgrade
+    old = {"train": {"lr": 1e-3, "valid_every": 250, "ckpt_every": 250, "log_every": 25, "seed": 2}}
+    new = upgrade(old, "old.yaml")
+    assert new == {"train": {"seed": 2}, "optim": {"lr": 1e-3}, "valid": {"every": 250},
+                   "checkpoint": {"every": 250}, "log": {"every": 25}}
+    notice = capsys.readouterr().err.strip().splitlines()
+    assert len(notice) == 1 and "old.yaml" in notice[0] and "train.valid_every -> valid.every" in notice[0]
+    assert upgrade(old) == new and capsys.readouterr().err == ""        # records are read silently
+    with pytest.raises(ValueError, match="train.lr and optim.lr are the same setting"):
+        upgrade({"train": {"lr": 1e-3}, "optim": {"lr": 1e-4}})
+    for old_key, new_key in MOVED.items():        # every target exists in its section
+        section, key = new_key.split(".")
+        assert key in {f.name for f in __import__("dataclasses").fields(section_classes()[section])}, old_key
