@@ -19,7 +19,6 @@ steps, peak learning rate 3e-4. Layout of ``--out`` (re-running the command resu
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -228,12 +227,7 @@ def epochs(cfg: BTConfig, rank: int, world: int, device) -> Comparison:
                       cfg.data)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return finetune.build_parser("cll-bt", __doc__, BTConfig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return finetune.command("cll-bt", argv, build_parser(), BTConfig, run)
+build_parser, main = finetune.entry_points("cll-bt", __doc__, BTConfig, run)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ ones is refused (``--restart`` discards the run and begins again).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -269,12 +268,7 @@ def extend(cfg: ExtendConfig, rank: int) -> Comparison:
     return Comparison({"original": cfg.model, f"+{cfg.lang}": fine_tune(cfg, data, init)}, data, cfg.corpus)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return finetune.build_parser("cll-extend", __doc__, ExtendConfig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return finetune.command("cll-extend", argv, build_parser(), ExtendConfig, run)
+build_parser, main = finetune.entry_points("cll-extend", __doc__, ExtendConfig, run)
 
 
 if __name__ == "__main__":

@@ -226,6 +226,16 @@ class FineTuneSettings:
                                                    "data order, training)", "type": non_negative_int})
 
 
+def entry_points(prog: str, doc: str, config_cls, run: Callable):
+    """A fine-tuning command's ``build_parser()`` and ``main(argv=None)``."""
+    def parser() -> argparse.ArgumentParser:
+        return build_parser(prog, doc, config_cls)
+
+    def main(argv: list[str] | None = None) -> int:
+        return command(prog, argv, parser(), config_cls, run)
+    return parser, main
+
+
 def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, optim: dict,
                        valid: dict | None = None, **train) -> dict:
     """The cll-train recipe of a fine-tuning run (back-translation epochs, extension): ``cfg``'s

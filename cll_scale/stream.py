@@ -57,7 +57,8 @@ VERIFY = ("full", "size", "none")
 class StreamConfig:
     """The recipe's ``data`` section: what the training stream feeds."""
     split: str = setting("train", "the split to train on")
-    max_tokens: int = setting(4096, "token budget of a microbatch: sentences x padded max(source, target) length")
+    max_tokens: int = setting(4096, "token budget of a microbatch: sentences x padded max(source, "
+                              "target) length")
     max_sentences: int = setting(0, "sentences per microbatch at most (0: no cap)")
     temperature: float = setting(5.0, "direction sampling temperature T: q_d ~ n_d^(1/T) (1: by size; large: uniform)")
     pool_blocks: int = setting(8, "blocks shuffled and bucketed together, at most")
@@ -199,6 +200,23 @@ def _gather_padded(starts: np.ndarray, lens: np.ndarray, vals: np.ndarray, width
     return out
 
 
+def direction_blocks(split, direction: str, block_rows: int, rows_fraction: float = 1.0) -> list[tuple[str, int, int]]:
+    """A direction's blocks as (file, record batch index, rows), its shards in order; with
+    ``rows_fraction`` < 1 its first whole blocks holding that share of its rows (at least one)."""
+    blocks = []
+    for shard in (s for s in split.shards if s.direction == direction):
+        for i in range(-(-shard.rows // block_rows)):
+            blocks.append((shard.file, i, min(block_rows, shard.rows - i * block_rows)))
+    if rows_fraction < 1.0:
+        want, kept = rows_fraction * sum(b[2] for b in blocks), 0
+        for n_kept, (_, _, n) in enumerate(blocks, 1):
+            kept += n
+            if kept >= want:
+                break
+        blocks = blocks[:n_kept]
+    return blocks
+
+
 class ShardStream:
     """Endless iterator of training :class:`Batch` es for one rank. See the module docstring."""
 
@@ -212,36 +230,15 @@ class ShardStream:
         self.manifest = m = Manifest.load(self.dir)
         if self.cfg.verify != "none":
             m.verify(self.dir, full=self.cfg.verify == "full", splits=[self.cfg.split], part=verify_part)
-        if self.cfg.split not in m.splits:
-            raise ManifestError(f"{self.dir}: no split {self.cfg.split!r} (has {', '.join(m.splits)})")
-        split = m.splits[self.cfg.split]
-        names = self.cfg.directions or split.directions()
-        unknown = [d for d in names if d not in split.directions()]
-        if unknown:
-            raise ManifestError(f"{self.dir}: split {self.cfg.split!r} has no direction {', '.join(unknown)}")
-        longest = m.max_tokens + 2
-        if self.cfg.max_tokens < longest:
-            raise ValueError(f"max_tokens {self.cfg.max_tokens} cannot hold the longest pair this data "
-                             f"allows ({m.max_tokens} tokens + tag + eos = {longest})")
-        self.directions = list(names)
+        split = m.splits.get(self.cfg.split)
+        self.directions = self._checked_directions(split)
         tok = m.tokenizer
         self.pad, self.eos = tok.pad_id, tok.eos_id
         # Per direction: its blocks as (file, record batch index, rows).
         self.blocks: list[list[tuple[str, int, int]]] = []
         rows = []
         for d in self.directions:
-            blocks = []
-            for shard in (s for s in split.shards if s.direction == d):
-                n_blocks = -(-shard.rows // m.block_rows)
-                for i in range(n_blocks):
-                    blocks.append((shard.file, i, min(m.block_rows, shard.rows - i * m.block_rows)))
-            if self.cfg.rows_fraction < 1.0:       # whole blocks, at least one
-                want, kept = self.cfg.rows_fraction * sum(b[2] for b in blocks), 0
-                for n_kept, (_, _, n) in enumerate(blocks, 1):
-                    kept += n
-                    if kept >= want:
-                        break
-                blocks = blocks[:n_kept]
+            blocks = direction_blocks(split, d, m.block_rows, self.cfg.rows_fraction)
             self.blocks.append(blocks)
             rows.append(sum(b[2] for b in blocks))
             if rows[-1] < world_size:
@@ -278,6 +275,21 @@ class ShardStream:
         self._pools: dict[int, tuple[tuple[int, int], _Pool]] = {}
         self._sampler_cache: tuple[int, np.ndarray] | None = None
         self._readers = lru_cache(maxsize=64)(self._open)
+
+    def _checked_directions(self, split) -> list[str]:
+        """The directions to train on, each in the split, and a token budget that holds every row."""
+        m, cfg = self.manifest, self.cfg
+        if split is None:
+            raise ManifestError(f"{self.dir}: no split {cfg.split!r} (has {', '.join(m.splits)})")
+        names = cfg.directions or split.directions()
+        unknown = [d for d in names if d not in split.directions()]
+        if unknown:
+            raise ManifestError(f"{self.dir}: split {cfg.split!r} has no direction {', '.join(unknown)}")
+        longest = m.max_tokens + 2
+        if cfg.max_tokens < longest:
+            raise ValueError(f"max_tokens {cfg.max_tokens} cannot hold the longest pair this data "
+                             f"allows ({m.max_tokens} tokens + tag + eos = {longest})")
+        return list(names)
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -373,14 +385,7 @@ class ShardStream:
         """The next ``n`` rows of direction ``d`` (across its pools and epochs), cursor advanced."""
         out = []
         while n > 0:
-            epoch, pool_idx, offset = self.cursor[d]
-            if pool_idx >= -(-len(self.blocks[d]) // self.pool_blocks):
-                self.cursor[d] = [epoch + 1, 0, 0]
-                continue
-            pool = self._pool(d, epoch, pool_idx)
-            if offset >= len(pool.order):
-                self.cursor[d] = [epoch, pool_idx + 1, 0]
-                continue
+            pool, epoch, pool_idx, offset = self._at_cursor(d, lambda pool: len(pool.order))
             k = min(n, len(pool.order) - offset)
             out.append(_take(pool, pool.order[offset:offset + k]))
             self.cursor[d] = [epoch, pool_idx, offset + k]
@@ -395,20 +400,26 @@ class ShardStream:
         return int(self._sampler_cache[1][step % _SAMPLER_CHUNK])
 
     def _next_from(self, d: int) -> Batch:
+        pool, epoch, pool_idx, batch_idx = self._at_cursor(d, lambda pool: len(pool.batches))
+        self.cursor[d] = [epoch, pool_idx, batch_idx + 1]
+        rows = pool.batches[batch_idx]
+        self.rows_seen += len(rows)
+        return self._collate(d, pool, rows)
+
+    def _at_cursor(self, d: int, size) -> tuple[_Pool, int, int, int]:
+        """Direction ``d``'s pool at its cursor, the cursor moved past finished pools and epochs:
+        (pool, epoch, pool index, position), where the position (a batch, or a row when mixing)
+        is below ``size(pool)``."""
         while True:
-            epoch, pool_idx, batch_idx = self.cursor[d]
-            n_pools = -(-len(self.blocks[d]) // self.pool_blocks)
-            if pool_idx >= n_pools:
+            epoch, pool_idx, position = self.cursor[d]
+            if pool_idx >= -(-len(self.blocks[d]) // self.pool_blocks):
                 self.cursor[d] = [epoch + 1, 0, 0]
                 continue
             pool = self._pool(d, epoch, pool_idx)
-            if batch_idx >= len(pool.batches):
+            if position >= size(pool):
                 self.cursor[d] = [epoch, pool_idx + 1, 0]
                 continue
-            self.cursor[d] = [epoch, pool_idx, batch_idx + 1]
-            rows = pool.batches[batch_idx]
-            self.rows_seen += len(rows)
-            return self._collate(d, pool, rows)
+            return pool, epoch, pool_idx, position
 
     def _slice(self, n: int) -> tuple[int, int]:
         return self.rank * n // self.world, (self.rank + 1) * n // self.world
