@@ -40,7 +40,7 @@ from cll_scale.decoding import DecodeConfig
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
 from cll_scale.outputs import OutputError, check_apart, check_owner, json_text, write_atomic
-from cll_scale.scoring import DirectionResult, averages, score_job
+from cll_scale.scoring import DirectionResult, ScoreJob, averages, score_job
 from cll_scale.translate import TranslateConfig, Translator
 
 
@@ -207,7 +207,7 @@ def score_model(translator: Translator, pairs: dict[str, tuple[list[str], list[s
         sentences += len(srcs)
         if hyps_dir is not None:
             write_atomic(hyps_dir / f"{direction}.txt", "".join(h.replace("\n", " ") + "\n" for h in hyps))
-        job = (direction, m.kind(direction), hyps, refs, srcs, m.languages, m.supervised, "13a", tuple(lid))
+        job = ScoreJob(direction, m.kind(direction), hyps, refs, srcs, m.languages, m.supervised, lid=tuple(lid))
         jobs.append(pool.submit(score_job, job) if pool else score_job(job))
     results, signature, lid_s, scoring_s = [], None, 0.0, 0.0
     for job in jobs:

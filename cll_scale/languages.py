@@ -9,7 +9,6 @@ The target language is given to the model twice:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 # ISO 639-1 codes (plus the deprecated ``sh`` that OPUS-100 uses). A code outside this set is
 # most often a typo or a stray file (``train.en.bak``), so it is an error unless the user
@@ -60,22 +59,38 @@ def lang_tag(code: str) -> str:
     return f"<2{code}>"
 
 
-@dataclass(frozen=True, order=True)
-class Direction:
-    """A translation direction ``src -> tgt``; written ``src-tgt`` in files and flags."""
+class Direction(str):
+    """A translation direction ``src -> tgt``. It is its own written form, ``"src-tgt"`` (a
+    ``str``), so manifests, JSON, dictionary keys and flags hold it as they always have, while
+    code reads ``.src`` and ``.tgt`` instead of splitting the string."""
 
-    src: str
-    tgt: str
+    __slots__ = ()
 
-    def __str__(self) -> str:
-        return f"{self.src}-{self.tgt}"
+    def __new__(cls, src: str, tgt: str) -> "Direction":
+        return super().__new__(cls, f"{src}-{tgt}")
+
+    @property
+    def src(self) -> str:
+        return self.partition("-")[0]
+
+    @property
+    def tgt(self) -> str:
+        return self.partition("-")[2]
 
     def __iter__(self):
         """``src, tgt = Direction.parse("de-fr")``."""
         return iter((self.src, self.tgt))
 
+    def __repr__(self) -> str:
+        return f"Direction({self.src!r}, {self.tgt!r})"
+
+    def __reduce__(self):            # pickles (process pools) as a Direction, not as its characters
+        return Direction, (self.src, self.tgt)
+
     @classmethod
     def parse(cls, text: str) -> "Direction":
+        if isinstance(text, Direction):
+            return text
         parts = text.strip().split("-")
         if len(parts) != 2 or not all(parts):
             raise LanguageError(f"malformed direction {text!r}: expected 'src-tgt', e.g. 'de-fr'")

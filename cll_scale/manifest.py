@@ -41,12 +41,15 @@ def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> str:
 @dataclass
 class Shard:
     file: str            # relative to the shard directory
-    direction: str       # "src-tgt"
+    direction: Direction # written "src-tgt"
     rows: int
     src_tokens: int      # subword tokens, without tag and eos
     tgt_tokens: int
     bytes: int
     sha256: str
+
+    def __post_init__(self):
+        self.direction = Direction.parse(self.direction)
 
 
 @dataclass
@@ -56,7 +59,7 @@ class SplitInfo:
     # direction -> reason -> number of input lines not written (never dropped silently)
     filtered: dict[str, dict[str, int]] = field(default_factory=dict)
 
-    def directions(self) -> list[str]:
+    def directions(self) -> list[Direction]:
         return sorted({s.direction for s in self.shards})
 
     def rows(self, direction: str | None = None) -> int:
@@ -79,8 +82,8 @@ class TokenizerInfo:
 class Manifest:
     languages: list[str]
     central_language: str | None
-    supervised: list[str]
-    zero_shot: list[str]
+    supervised: list[Direction]
+    zero_shot: list[Direction]
     tokenizer: TokenizerInfo
     splits: dict[str, SplitInfo]
     block_rows: int
@@ -88,6 +91,10 @@ class Manifest:
     source: dict = field(default_factory=dict)
     created_by: str = ""
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        self.supervised = [Direction.parse(d) for d in self.supervised]
+        self.zero_shot = [Direction.parse(d) for d in self.zero_shot]
 
     # -- identity ---------------------------------------------------------------------------
     def lang_id(self, code: str) -> int:

@@ -95,9 +95,24 @@ def score_direction(direction: str, kind: str, hyps: list[str], refs: list[str],
     return res, str(bleu_metric.get_signature()), {"lid_s": t2 - t1, "scoring_s": t1 - t0}
 
 
-def score_job(job: tuple) -> tuple[dict, str, dict[str, float]]:
+@dataclass
+class ScoreJob:
+    """One direction's outputs to score (:func:`score_job`), as plain picklable values."""
+    direction: str
+    kind: str
+    hyps: list[str]
+    refs: list[str]
+    srcs: list[str]
+    languages: list[str]
+    supervised: list[str]
+    tokenize: str = "13a"
+    lid: tuple[str, ...] = ("langdetect",)
+
+
+def score_job(job: ScoreJob) -> tuple[dict, str, dict[str, float]]:
     """:func:`score_direction` for a process pool: plain values in and out."""
-    res, signature, seconds = score_direction(*job)
+    res, signature, seconds = score_direction(job.direction, job.kind, job.hyps, job.refs, job.srcs, job.languages,
+                                              job.supervised, job.tokenize, job.lid)
     return asdict(res), signature, seconds
 
 

@@ -66,7 +66,7 @@ class StreamConfig:
     seed: int = setting(1, "seed of the data order")
     add_lang_tag: bool = setting(True, "prepend the <2xx> target-language tag to the source (paper §5.2 trains "
                             "without it as an ablation)")
-    directions: list[str] | None = setting(None, "train on this subset of the split's directions, e.g. [de-en, en-de]")
+    directions: list[Direction] | None = setting(None, "train on this subset of the split's directions, e.g. [de-en, en-de]")
     verify: str = setting("full", "shards checked at start: full (sha256), size or none", choices=VERIFY)
     mixing: str = setting("mixed", "mixed: many directions per microbatch (fairseq's merged batches, the authors' "
                      "code); direction: one per microbatch, the rule before issue 34 (records without the "
@@ -78,6 +78,8 @@ class StreamConfig:
                               "data-size question of issue 34 at equal steps")
 
     def __post_init__(self):
+        if self.directions is not None:
+            self.directions = [Direction.parse(str(d)) for d in self.directions]
         if min(self.max_tokens, self.pool_blocks, self.pool_rows, self.mix_rows) < 1 or self.max_sentences < 0:
             raise ValueError("max_tokens, pool_blocks, pool_rows and mix_rows must be >= 1, max_sentences >= 0")
         if not 0 <= self.mix_directions <= self.mix_rows:
@@ -101,7 +103,7 @@ class Batch:
     tgt_tokens: torch.Tensor        # (B, T) int64, ends with eos
     src_lang: torch.Tensor          # (B,) int64, index into manifest.languages
     tgt_lang: torch.Tensor          # (B,) int64
-    direction: str                  # "src-tgt", or MIXED
+    direction: str                  # a Direction, or MIXED for rows of several
     ntokens: int                    # non-pad target tokens (the loss denominator)
     lines: torch.Tensor | None = None   # (B,) line numbers in the corpus, for tracing rows
     # (tgt_lang, rows) runs in row order, known on the host: the model routes the LSLs from them
