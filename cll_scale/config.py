@@ -243,8 +243,8 @@ MOVED = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule
 
 def upgrade(recipe: dict, where: str = "") -> dict:
     """``recipe`` with every :data:`MOVED` setting in its section. ``where`` names a recipe the
-    user wrote: then one line says what moved (records and old config.json files are read
-    silently). A setting given both ways is an error."""
+    user wrote: then one line says what moved (once per process; records and old config.json
+    files are read silently). A setting given both ways in one recipe is an error."""
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in recipe.items()}
     moved = []
     for old, new in MOVED.items():
@@ -257,10 +257,19 @@ def upgrade(recipe: dict, where: str = "") -> dict:
         out.setdefault(new_section, {})[new_key] = out[section].pop(key)
         moved.append(f"{old} -> {new}")
     if moved and where:
-        import sys
-        print(f"[cll-scale] {where}: settings moved to their own sections, read as such (the old names go in "
-              f"the next release): {', '.join(moved)}", file=sys.stderr)
+        _notice(f"{where}: settings moved to their own sections, read as such (the old names go in the next "
+                f"release): {', '.join(moved)}")
     return out
+
+
+_NOTICES: set[str] = set()
+
+
+def _notice(message: str) -> None:
+    if message not in _NOTICES:
+        _NOTICES.add(message)
+        import sys
+        print(f"[cll-scale] {message}", file=sys.stderr)
 
 
 def load_recipe(path: str | Path) -> dict:
@@ -281,7 +290,7 @@ def load_recipe(path: str | Path) -> dict:
         raise ValueError(f"{path}: unknown recipe sections {sorted(unknown)} "
                          f"(expected preset, {', '.join(SECTIONS)})")
     check_sections(recipe, str(path))
-    return recipe
+    return upgrade(recipe, str(path))
 
 
 def _parse(text: str, path: str):
@@ -321,6 +330,9 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
                 raise ValueError(f"unknown preset {value!r}; presets: {', '.join(PRESETS)}")
             recipe["preset"] = value
             continue
+        if key in MOVED:
+            _notice(f"--set {key} is now {MOVED[key]} (read as such; the old name goes in the next release)")
+            key = MOVED[key]
         section, dot, name = key.partition(".")
         if not eq or not dot or section not in SECTIONS:
             raise ValueError(f"override {item!r}: expected section.key=value, section in {'/'.join(SECTIONS)}")

@@ -105,7 +105,7 @@ def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
     # Other settings in the same directory are refused; so is an unknown language.
     res = cll_bt(shards, export, out, "--lr", "5e-4")
     assert res.returncode == 2 and "other settings: --lr 0.001 (now 0.0005)" in res.stderr
-    assert json.loads((out / "run" / "config.json").read_text())["train"]["lr"] == 1e-3   # the record stays true
+    assert json.loads((out / "run" / "config.json").read_text())["optim"]["lr"] == 1e-3   # the record stays true
     res = cll_bt(shards, export, tmp_path / "bt2", "--bt-langs", "de,xx")
     assert res.returncode == 2 and "xx" in res.stderr and "(en, cs, de, fr)" in res.stderr
 

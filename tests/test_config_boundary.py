@@ -53,7 +53,7 @@ def test_bad_numbers_from_the_command_line_name_the_setting(m30k_centered, tmp_p
 def test_the_project_writes_strict_json_only():
     assert json_text({"a": [1.5, None]}) == '{"a": [1.5, null]}'
     with pytest.raises(ValueError, match="optim.clip_norm is not finite"):
-        json_text({"train": {"clip_norm": math.nan}})
+        json_text({"optim": {"clip_norm": math.nan}})
     json.loads(json_text({"x": 1e300}), parse_constant=lambda c: pytest.fail(f"non-strict {c}"))
     # a measurement that may be non-finite (a skipped step's gradient norm in metrics.jsonl): null
     assert json_text({"grad_norm": math.inf, "loss": [1.0, math.nan]}, non_finite_as_null=True) == \
@@ -173,8 +173,24 @@ def test_settings_that_moved_to_their_section_are_read_with_one_notice(capsys):
     notice = capsys.readouterr().err.strip().splitlines()
     assert len(notice) == 1 and "old.yaml" in notice[0] and "train.valid_every -> valid.every" in notice[0]
     assert upgrade(old) == new and capsys.readouterr().err == ""        # records are read silently
+    upgrade(old, "old.yaml")
+    assert capsys.readouterr().err == ""                                 # said once a process
     with pytest.raises(ValueError, match="train.lr and optim.lr are the same setting"):
         upgrade({"train": {"lr": 1e-3}, "optim": {"lr": 1e-4}})
     for old_key, new_key in MOVED.items():        # every target exists in its section
         section, key = new_key.split(".")
         assert key in {f.name for f in __import__("dataclasses").fields(section_classes()[section])}, old_key
+
+
+def test_an_old_recipe_takes_new_overrides_and_an_old_override_is_mapped(tmp_path, capsys):
+    from cll_scale.config import apply_overrides
+    old = tmp_path / "old.yaml"
+    old.write_text("train:\n  lr: 1.0e-3\n  valid_every: 250\n  seed: 3\n")
+    recipe = apply_overrides(load_recipe(old), ["valid.every=5", "train.log_every=7"])
+    assert recipe == {"train": {"seed": 3}, "optim": {"lr": 1e-3}, "valid": {"every": 5}, "log": {"every": 7}}
+    err = capsys.readouterr().err
+    assert "train.valid_every -> valid.every" in err and "--set train.log_every is now log.every" in err
+    both = tmp_path / "both.yaml"
+    both.write_text("train:\n  lr: 1.0e-3\noptim:\n  lr: 2.0e-3\n")
+    with pytest.raises(ValueError, match="both.yaml: train.lr and optim.lr are the same setting"):
+        load_recipe(both)

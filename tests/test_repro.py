@@ -349,7 +349,8 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
     assert rules["fcll"] == ("fcll", "mixed", "authors", 1.0, None)
     assert rules["residual"] == ("residual", "mixed", "authors", 1.0, "self_attn")
     assert rules["fcll_half"][3] == rules["baseline_half"][3] == 0.5
-    assert len({(t.lr, t.warmup_steps, t.seed, s.seed, s.max_tokens) for _, s, t in resolved.values()}) == 1
+    assert len({(c.optim.lr, c.optim.warmup_steps, c.train.seed, c.data.seed, c.data.max_tokens)
+                for c in resolved.values()}) == 1
 
 
 def test_a_rerun_with_another_set_is_refused_naming_each_difference(tmp_path):
