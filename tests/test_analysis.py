@@ -32,6 +32,7 @@ def tagless_export(m30k_centered, tmp_path_factory):
     return run / "export"
 
 
+@pytest.mark.slow
 def test_a_tagless_model_is_exported_as_such_and_decodes_without_the_tag(tagless_export, tiny_export):
     assert export_lang_tag(tiny_export) is True
     assert export_lang_tag(tagless_export) is False
@@ -129,6 +130,7 @@ def test_token_classes():
     assert token_class(",", "fr", pieces) == "symbol"
 
 
+@pytest.mark.slow
 def test_cll_analyze_attribution_and_attention(tiny_export, tagless_export, m30k_centered, tmp_path, capsys):
     out = tmp_path / "attr"
     code = analyze_main(["attribution", "--model", str(tiny_export), "--data", str(m30k_centered),

@@ -41,6 +41,7 @@ def test_numbers_that_mean_the_same_are_accepted():
     assert _coerce(ModelConfig, "model", {"residual_layer": None}) == {"residual_layer": None}   # optional stays optional
 
 
+@pytest.mark.slow
 def test_bad_numbers_from_the_command_line_name_the_setting(m30k_centered, tmp_path):
     for setting, needle in (("optim.clip_norm=nan", "optim.clip_norm must be a finite number"),
                             ("data.pool_blocks=2.5", "data.pool_blocks must be a whole number"),

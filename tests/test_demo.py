@@ -106,6 +106,7 @@ def test_why_view_gives_each_tokens_ffn_and_lsl_attribution(server, tiny_export)
         client.predict(text, "de", "fr", "fcll", 1, False, api_name="/why")
 
 
+@pytest.mark.slow
 def test_fifty_concurrent_requests_are_all_answered(server):
     from gradio_client import Client
     client = Client(server[0], verbose=False)
@@ -116,6 +117,7 @@ def test_fifty_concurrent_requests_are_all_answered(server):
         assert r[0].strip() and r[2].strip() and "de→en" in r[1] and "de→en" in r[3], r
 
 
+@pytest.mark.slow
 def test_real_browser_translates_and_stays_local(server, tmp_path):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"Chromium not installed at {CHROMIUM} (.ci/run installs Debian's chromium)")

@@ -47,6 +47,7 @@ def cll_extend(corpus, shards, export, out, *extra):
                            *extra], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_grown_model_scores_old_vocabulary_as_before(pretrained):
     _, shards, export = pretrained
     model, manifest = load_export(export)

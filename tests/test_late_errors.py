@@ -15,6 +15,7 @@ from tests.test_train import common, losses
 # -- finding 11: a damaged checkpoint is set aside, and the rerun works ----------------------------
 
 @pytest.mark.parametrize("damage", ["truncate model states", "delete optimizer states"])
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_never_used_again(m30k_centered, tmp_path, damage):
     run = tmp_path / "run"
     settings = ("--set", "checkpoint.every=10", "--set", "checkpoint.keep_last=3", "--set", "valid.every=15")
@@ -38,6 +39,7 @@ def test_a_damaged_checkpoint_is_never_used_again(m30k_centered, tmp_path, damag
 
 # -- findings 16, 17: checked before any work, by the user's flag -----------------------------------
 
+@pytest.mark.slow
 def test_fine_tuning_arguments_are_checked_before_any_work(tiny_export, m30k_centered, multi30k, tmp_path):
     out = tmp_path / "bt"
     base = ["cll_scale.backtranslate", "--model", tiny_export, "--data", m30k_centered, "--out", out]

@@ -46,6 +46,7 @@ def triangle_export(multi30k, tmp_path_factory):
 
 # -- finding 2: one run owns its directory ------------------------------------------------------
 
+@pytest.mark.slow
 def test_second_run_into_the_same_directory_is_refused_and_a_killed_one_resumes(m30k_centered, tmp_path):
     run = tmp_path / "run"
     first = subprocess.Popen([PY, "-m", "cll_scale.train", *common(m30k_centered, run, 100000)], cwd=ROOT, env=ENV,
@@ -67,6 +68,7 @@ def test_second_run_into_the_same_directory_is_refused_and_a_killed_one_resumes(
 
 # -- finding 3 and 11: --resume never starts over in silence ----------------------------------------
 
+@pytest.mark.slow
 def test_resume_falls_back_to_the_newest_complete_checkpoint(m30k_centered, tmp_path):
     run = tmp_path / "run"
     args = common(m30k_centered, run, 30, "--set", "checkpoint.every=10", "--set", "checkpoint.keep_last=3",
@@ -96,6 +98,7 @@ def test_resume_falls_back_to_the_newest_complete_checkpoint(m30k_centered, tmp_
     one_line_error(res, "cll-train", EXIT_INPUT, "no complete checkpoint", "step00000030:")
 
 
+@pytest.mark.slow
 def test_resume_with_other_model_settings_is_refused_before_loading(m30k_centered, tmp_path):
     run = tmp_path / "run"
     assert cli("cll_scale.train", *common(m30k_centered, run, 3, "--set", "checkpoint.export=false")).returncode == 0
@@ -156,6 +159,7 @@ def test_eval_counts_are_validated_and_an_empty_selection_is_an_error(tiny_expor
     assert code == EXIT_INPUT and "no split 'tset'" in err and "test_2016_flickr" in err and "--condition" not in err
 
 
+@pytest.mark.slow
 def test_eval_lists_skipped_directions_and_averages_only_shared_ones(tiny_export, triangle_export, multi30k,
                                                                       tmp_path, capsys):
     from cll_scale.evaluate import main
@@ -175,6 +179,7 @@ def test_eval_lists_skipped_directions_and_averages_only_shared_ones(tiny_export
 
 # -- finding 8, 13: settings checked at the config boundary --------------------------------------------
 
+@pytest.mark.slow
 def test_impossible_settings_and_bad_recipes_are_one_line_errors(m30k_centered, tiny_export, tmp_path, capsys):
     res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "a", 2, "--set", "model.dropout=1.5"))
     one_line_error(res, "cll-train", EXIT_INPUT, "model.dropout must be in [0, 1), not 1.5")
@@ -223,6 +228,7 @@ def test_demo_batch_refuses_references_of_another_length(tiny_export, tmp_path):
 
 # -- finding 10, 16: cll-repro -----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_repro_writes_outside_the_checkout_and_checks_its_arguments_first(multi30k, tmp_path):
     repro = ["cll_scale.repro", "--condition", "triangle", "--multi30k", multi30k]
     from cll_scale.repro.cli import build_parser
@@ -241,6 +247,7 @@ def test_repro_writes_outside_the_checkout_and_checks_its_arguments_first(multi3
 
 # -- finding 12: Ctrl-C --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ctrl_c_checkpoints_and_exits_130_in_one_line(m30k_centered, tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen([PY, "-m", "cll_scale.train", *common(m30k_centered, run, 100000,
@@ -276,6 +283,7 @@ def test_translate_output_and_device_mistakes_are_one_line(tiny_export, tmp_path
 
 # -- finding 17, 18, 20: fine-tuning commands name their own options, and write nothing on a refusal ----
 
+@pytest.mark.slow
 def test_fine_tuning_refusals_name_real_options_and_leave_nothing(tiny_export, m30k_centered, triangle_export,
                                                                   multi30k, tmp_path):
     ext = ["cll_scale.extend", "--model", tiny_export, "--data", m30k_centered, "--corpus", multi30k,
@@ -300,6 +308,7 @@ def test_fine_tuning_refusals_name_real_options_and_leave_nothing(tiny_export, m
 
 # -- finding 19: a corpus with no validation split ------------------------------------------------------
 
+@pytest.mark.slow
 def test_no_validation_split_is_said_once_at_start(small_multiway, tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -326,6 +335,7 @@ def test_truncation_warning_escapes_control_characters(tiny_export, tmp_path):
     assert "truncated" in res.stderr and "\\x1b[31m" in res.stderr and "\x1b" not in res.stderr
 
 
+@pytest.mark.slow
 def test_every_command_takes_debug_for_the_traceback(tmp_path):
     res = cli("cll_scale.evaluate", "--model", f"x={tmp_path}", "--data", tmp_path, "--out", tmp_path / "r")
     one_line_error(res, "cll-eval", EXIT_INPUT)

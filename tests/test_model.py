@@ -220,6 +220,7 @@ def test_paper_preset_follows_the_authors_fairseq_model():
         ModelConfig(init="kaiming")
 
 
+@pytest.mark.slow
 def test_compiled_blocks_trace_once_for_every_batch_shape_and_language():
     """compile_blocks: one graph per compiled block kind (encoder layer, self- and cross-attention,
     FFN, LSL) and one for the loss, whatever the batch shape or target language; forward and

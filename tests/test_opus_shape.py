@@ -14,6 +14,7 @@ from tests.conftest import ROOT
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 
+@pytest.mark.slow
 def test_dry_run_prints_consistent_figures_and_leaves_the_run_dir_alone(m30k_centered, tmp_path):
     from cll_scale.config import PRESETS, ModelConfig
     from cll_scale.manifest import Manifest

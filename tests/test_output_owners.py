@@ -57,6 +57,7 @@ def test_owners_are_recognised_by_their_markers(tmp_path, m30k_centered, tiny_ex
         check_owner(m30k_centered, "cll-train", "--run-dir")
 
 
+@pytest.mark.slow
 def test_train_and_eval_refuse_another_commands_directory(m30k_centered, tiny_export, tmp_path):
     bt = fake_run(tmp_path / "bt", "cll-bt")
     before = sorted(p.name for p in bt.iterdir())
@@ -70,6 +71,7 @@ def test_train_and_eval_refuse_another_commands_directory(m30k_centered, tiny_ex
 
 # -- finding 2: output onto input ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_output_that_is_the_input_by_any_name_is_refused_before_reading(tiny_export, tmp_path, capsys):
     from cll_scale.translate import main
     src = tmp_path / "in.txt"
@@ -92,6 +94,7 @@ def test_output_that_is_the_input_by_any_name_is_refused_before_reading(tiny_exp
     assert res.returncode == 0 and out.read_text().count("\n") == 1
 
 
+@pytest.mark.slow
 def test_outputs_inside_or_around_inputs_are_refused(tmp_path, m30k_centered, tiny_export):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -16,6 +16,7 @@ def test_peak_table_reads_device_names_by_word():
     assert peak_bf16_tflops("Tesla T4") is None
 
 
+@pytest.mark.slow
 def test_named_ds_configs_resolve_and_say_their_precision():
     assert resolve_ds_config("cpu_bf16.json") == (DS_CONFIGS / "cpu_bf16.json", "named by the recipe")
     assert precision(json.loads((DS_CONFIGS / "cpu_bf16.json").read_text())) == "bf16"

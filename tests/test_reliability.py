@@ -24,6 +24,7 @@ def last_losses(run_dir) -> dict[int, float]:
     return out
 
 
+@pytest.mark.slow
 def test_non_finite_loss_is_skipped_and_weights_stay_finite(m30k_centered, tmp_path):
     """A non-finite loss at step 3: the step is skipped on the device (no host sync), so the weights
     after it are bit-identical to those before it; the log says so and training goes on."""
@@ -46,6 +47,7 @@ def test_non_finite_loss_is_skipped_and_weights_stay_finite(m30k_centered, tmp_p
     assert all(torch.isfinite(w).all() for w in weights.values())
 
 
+@pytest.mark.slow
 def test_crash_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_path):
     run = tmp_path / "crash"
     args = common(m30k_centered, run, 14, "--set", "checkpoint.every=5", "--set", "checkpoint.export=false")
@@ -64,6 +66,7 @@ def test_crash_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_
     assert (ckpt / "latest").read_text() == "step00000014"
 
 
+@pytest.mark.slow
 def test_damaged_shard_stops_training_and_names_the_file(m30k_centered, tmp_path):
     import shutil
     shards = tmp_path / "shards"
@@ -141,6 +144,7 @@ HOSTILE = ["", "   \t ", "x" * 10_000, "Ein Hund 🐕🎉 läuft 👍🏽", "con
            "Zwei Männer\r\n", "\ufeffBOM"]
 
 
+@pytest.mark.slow
 def test_hostile_text_into_translator_and_cli(tiny_export):
     from cll_scale.translate import Translator
     tr = Translator.load(tiny_export)
@@ -185,6 +189,7 @@ def test_full_disk_during_shard_build_keeps_the_old_output(small_multiway, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shards", "small"]       # no temp dir left
 
 
+@pytest.mark.slow
 def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_path):
     run = tmp_path / "run"
     cll_train(*common(m30k_centered, run, 4, "--set", "checkpoint.export=false"))

@@ -268,6 +268,7 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     assert f"Hardware: {hardware()}; bf16." in text
 
 
+@pytest.mark.slow
 def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
     """train_all calls done(name) as each training ends well (cll-repro evaluates and records the
     model then, so a sitting cut short keeps the finished ones), after the freed slot took the next
@@ -466,6 +467,7 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
     assert (tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr_cll_layers.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_committed_reports_are_rewritten_byte_identically_from_their_records(tmp_path):
     """Every cll-repro report under docs/results that keeps records comes out of today's cll-repro
     byte for byte (markdown and per-split JSON) from its records and cached evaluations alone,

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from cll_scale.cli import EXIT_INPUT
 from tests.conftest import ROOT
 from tests.test_misuse import one_line_error
@@ -18,6 +20,7 @@ def closed(fd: str, *argv):
     return subprocess.run(["bash", "-c", shell], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_closed_stdin_or_stdout_is_a_one_line_error(tiny_export, tmp_path):
     res = closed("<", "cll_scale.translate", "--model", tiny_export, "--tgt-lang", "fr")
     one_line_error(res, "cll-translate", EXIT_INPUT, "standard input is closed", "--input FILE")
@@ -27,6 +30,7 @@ def test_closed_stdin_or_stdout_is_a_one_line_error(tiny_export, tmp_path):
     one_line_error(res, "cll-translate", EXIT_INPUT, "standard output is closed", "--output FILE")
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cll_scale.evaluate", "--model", f"m={tiny_export}",
                              "--data", str(m30k_centered), "--split", "test_2016_flickr", "--out", str(tmp_path / "eval"),

@@ -61,6 +61,7 @@ def full_run(m30k_centered, tmp_path_factory) -> Path:
     return full
 
 
+@pytest.mark.slow
 def test_a_fresh_start_drops_earlier_records_and_the_run_describes_itself(full_run, m30k_centered):
     assert train_steps(full_run) == list(range(1, 41)), "an earlier attempt's records kept"
     for name in ("config.json", "ds_config.json", "git.txt", "curves.png", "monitor/train/Train_loss.csv"):
@@ -96,6 +97,7 @@ def test_losses_match_the_golden_run(full_run):
     assert last < first - 1.0, f"loss did not fall: {first:.3f} -> {last:.3f}"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_is_the_uninterrupted_run_and_exports_its_best(full_run, m30k_centered, tmp_path):
     split = tmp_path / "split"
     cll_train(*common(m30k_centered, split, 17, "--set", "checkpoint.export=false"))
@@ -149,6 +151,7 @@ print(nll / tokens, manifest.languages)
         load_export(tampered)
 
 
+@pytest.mark.slow
 def test_checkpoints_know_their_data(full_run, m30k_centered, tmp_path):
     """Other shards are refused on --resume unless asked for (train.new_data), which carries
     weights, optimizer and schedule on and starts the stream afresh."""
@@ -217,6 +220,7 @@ def test_simulated_two_node_launch(m30k_centered, tmp_path):
     assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered, tmp_path):
     """What holds for a language absent from a step (FCLL, ZeRO-2, AdamW, one direction per step):
     its LSL gets no gradient, so before it is first trained it stays bit-identical to its initial

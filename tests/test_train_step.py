@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from tests.conftest import ROOT
@@ -23,6 +24,7 @@ def sync_counts(shards, run, config, tmp_path, log_every=5, steps=12):
     return {int(k): v for k, v in data["counts"].items()}
 
 
+@pytest.mark.slow
 def test_steady_state_steps_read_no_device_value(m30k_centered, tmp_path):
     """Between log steps the loop's only host read is the per-step agreement over the host-side
     group (stop signal, budget); the log step adds the metrics window and the gradient norm. The
@@ -50,6 +52,7 @@ def same(a, b):
     return all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_out_of_memory_on_one_rank_skips_the_step_on_both(m30k_centered, tmp_path):
     """Out of memory in the forward pass on rank 1 only: both ranks skip that step (weights bit-equal
     before and after it, and equal between the ranks at the end), the log names the batch's shape,
@@ -68,6 +71,7 @@ def test_out_of_memory_on_one_rank_skips_the_step_on_both(m30k_centered, tmp_pat
     assert same(w2, w3) and not same(w3, w4)
 
 
+@pytest.mark.slow
 def test_out_of_memory_in_a_row_ends_the_run_with_one_line(m30k_centered, tmp_path):
     res = subprocess.run([sys.executable, "-m", "cll_scale.train",
                           *common(m30k_centered, tmp_path / "run", 20, "--set", "train.max_skips_in_a_row=3")],
@@ -77,6 +81,7 @@ def test_out_of_memory_in_a_row_ends_the_run_with_one_line(m30k_centered, tmp_pa
     assert "Traceback" not in res.stderr and res.stderr.count("out of memory on a") == 3
 
 
+@pytest.mark.slow
 def test_compiled_training_matches_eager_and_exports_the_same_names(m30k_centered, tmp_path):
     """train.compile traces each block once, with dynamic shapes: token-budget batches of every
     shape train through the same graphs. `aot_eager` runs the traced forward and backward graphs

@@ -71,6 +71,7 @@ def test_translator_contract(tiny_export):
     assert Translator(trainee, half.manifest, tiny_export / "spm.model").model is trainee   # used as it is
 
 
+@pytest.mark.slow
 def test_cll_translate_cli(tiny_export, tmp_path):
     def run(*args, stdin=""):
         return subprocess.run([sys.executable, "-m", "cll_scale.translate", "--model", str(tiny_export), *args],
