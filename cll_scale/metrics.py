@@ -1,7 +1,7 @@
 """Training metrics kept on the device between log steps, and the run's ``metrics.jsonl``.
 
 Every per-step number (loss, NLL, tokens, skipped steps) is added into device tensors; the host
-reads them once per ``log_every`` steps in :meth:`MetricsWindow.flush`. That read is the
+reads them once per ``log.every`` steps in :meth:`MetricsWindow.flush`. That read is the
 training loop's one device→host synchronisation in the steady state.
 """
 from __future__ import annotations
@@ -52,7 +52,7 @@ class MetricsWindow:
     """Device-side sums over the steps since the last log line."""
 
     def __init__(self, device: torch.device, capacity: int):
-        """``capacity``: log_every, the most steps a window holds before it is flushed."""
+        """``capacity``: log.every, the most steps a window holds before it is flushed."""
         self.sums = torch.zeros(3, dtype=torch.float64, device=device)       # loss, nll, tokens
         self.skip_flags = torch.zeros(capacity, dtype=torch.float32, device=device)
         self.consecutive = torch.zeros((), dtype=torch.float32, device=device)   # skipped in a row

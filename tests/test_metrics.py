@@ -1,0 +1,48 @@
+"""The metrics of a run: one logger writes metrics.jsonl and the monitor, MFU comes from the
+device's peak (stated, overridable), and the window's sums are named."""
+import json
+
+import torch
+
+from cll_scale.config import ModelConfig, PRESETS
+from cll_scale.metrics import LogConfig, MetricsLogger, MetricsWindow, device_peak_tflops
+from cll_scale.model import train_flops
+
+
+def test_mfu_is_model_flops_over_time_over_the_peak():
+    cpu = torch.device("cpu")
+    window = MetricsWindow(cpu, capacity=4)
+    ok = torch.ones((), dtype=torch.bool)
+    for step in (1, 2):
+        window.add(step, torch.tensor(6.0), torch.tensor(4.0), 3, ok, seconds=0.5, flops=2e12)
+    sums = window.flush()
+    assert (sums.flops, sums.seconds, sums.tokens, sums.skipped) == (4e12, 1.0, 6.0, [])
+    record = MetricsWindow.record(sums, 8e12, step=2, lr=1e-3, epoch=0.1, grad_norm=None, elapsed_s=1.0,
+                                  tokens_seen=6)
+    assert record.mfu == 0.5 and record.loss == 2.0 and record.tokens_per_s == 6.0
+    assert MetricsWindow.record(sums, None, step=2, lr=1e-3, epoch=0.1, grad_norm=None, elapsed_s=1.0,
+                                tokens_seen=6).mfu is None
+
+
+def test_the_peak_is_the_setting_or_none_on_a_cpu():
+    cpu = torch.device("cpu")
+    assert device_peak_tflops(LogConfig(peak_tflops=500.0), cpu) == (500.0, "log.peak_tflops")
+    peak, why = device_peak_tflops(LogConfig(), cpu)
+    assert peak is None and "log.peak_tflops" in why
+
+
+def test_one_log_call_writes_the_line_and_the_monitor(tmp_path):
+    events = []
+    logger = MetricsLogger(tmp_path / "metrics.jsonl", rank=0, monitor=events.extend)
+    logger.log({"step": 5, "valid_nll": 2.5, "valid_bleu": None}, {"Valid/valid_nll": 2.5, "Valid/valid_bleu": None})
+    assert json.loads((tmp_path / "metrics.jsonl").read_text()) == {"step": 5, "valid_nll": 2.5, "valid_bleu": None}
+    assert events == [("Valid/valid_nll", 2.5, 5)]          # an unknown value is not sent
+    MetricsLogger(tmp_path / "other.jsonl", rank=1, monitor=None).log({"step": 1}, {})
+    assert not (tmp_path / "other.jsonl").exists()          # rank 0 writes
+
+
+def test_train_flops_counts_the_lsls_of_cll_layers_only():
+    base = ModelConfig(**PRESETS["small"], variant="baseline", languages=["de", "fr"])
+    fcll = ModelConfig(**PRESETS["small"], variant="fcll", languages=["de", "fr"])
+    extra = train_flops(fcll, 8, 20, 21) - train_flops(base, 8, 20, 21)
+    assert extra == 3.0 * fcll.decoder_layers * 2 * 8 * 21 * 2 * fcll.d_model * fcll.lsl_dim
