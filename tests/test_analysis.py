@@ -52,6 +52,7 @@ def test_a_tagless_model_is_exported_as_such_and_decodes_without_the_tag(tagless
         tagless.translate([SENTENCE], "fr", omit_tag=True)
 
 
+@pytest.mark.slow
 def test_omitting_the_tag_changes_the_input_ids_and_is_an_evaluation_entry(tiny_export, tagless_export,
                                                                            m30k_centered):
     tr = Translator.load(tiny_export)
