@@ -306,7 +306,7 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
     recipe resolves to what its family promises."""
     from cll_scale.config import build_configs, load_recipe
     from cll_scale.manifest import TokenizerInfo
-    from cll_scale.repro.plan import SETTINGS, recipe_files, settings_suffix
+    from cll_scale.repro.plan import recipe_files, settings_suffix
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
     for settings in ("small", "paper", "paper_small"):
         found = recipe_files(ROOT / "recipes", "triangle", settings)
