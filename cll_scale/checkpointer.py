@@ -14,7 +14,7 @@ import json
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ import torch
 from cll_scale import engine as ds
 from cll_scale import faults
 from cll_scale.cli import EXIT_FILES
+from cll_scale.config import setting
 from cll_scale.export import write_export
 from cll_scale.outputs import json_text, write_atomic
 
@@ -32,10 +33,9 @@ BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (ValidConf
 class CheckpointConfig:
     """The recipe's ``checkpoint`` section."""
     # The help texts are cll-train's flags (cll_scale.config.add_recipe_arguments).
-    every: int = field(default=1000, metadata={"help": "save a checkpoint every this many steps"})
-    keep_last: int = field(default=3, metadata={"help": "complete checkpoints kept (older ones are deleted)"})
-    export: bool = field(default=True, metadata={
-        "help": "write export/ at the end (and export-best/ on a new best validation score)"})
+    every: int = setting(1000, "save a checkpoint every this many steps")
+    keep_last: int = setting(3, "complete checkpoints kept (older ones are deleted)")
+    export: bool = setting(True, "write export/ at the end (and export-best/ on a new best validation score)")
 
     def __post_init__(self):
         if self.every < 1 or self.keep_last < 1:
@@ -141,7 +141,8 @@ def upgrade_client_state(client: dict) -> dict:
     if "train" in client:
         return client
     train = {k: client[k] for k in ("step", "elapsed", "tokens_seen") if k in client}
-    streams = [{"data": client.get("data"), "stream": s} for s in client["streams"]]
+    data = {"data": client["data"]} if "data" in client else {}      # the oldest kept none: any data matched
+    streams = [{**data, "stream": s} for s in client["streams"]]
     return {"train": train, "stream": streams, "rng": client["rng"]}
 
 

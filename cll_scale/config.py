@@ -91,7 +91,8 @@ class ModelConfig:
     residual_sublayer: str | None = setting(None, "drop the residual of this sublayer of one encoder layer: ffn "
                                        "(the paper's code) or self_attn (Liu et al. 2021); residual/sd set ffn",
                                        choices=RESIDUAL_SUBLAYERS)
-    residual_layer: int | None = setting(None, "0-based encoder layer of the removed residual (default: the middle one)")
+    residual_layer: int | None = setting(None, "0-based encoder layer of the removed residual (default: the "
+                                         "middle one)")
 
     def __post_init__(self):
         for name in ("dropout", "attention_dropout", "activation_dropout", "cll_dropout"):
@@ -192,7 +193,8 @@ class TrainConfig:
     # starting point (fine-tuning: back-translation, new-language extension)
     init_from: str = setting("", "an export/ to start from: architecture and weights, fresh optimizer")
     freeze: list[str] = setting([], "parameter-name globs kept fixed, e.g. [\"encoder.*\"]")
-    new_data: bool = setting(False, "--resume on other shards: weights and optimizer carry on, the stream starts afresh")
+    new_data: bool = setting(False, "--resume on other shards: weights and optimizer carry on, the stream "
+                             "starts afresh")
     # budget: whichever comes first
     max_steps: int = setting(0, "stop after this many steps (0: no step limit)", flag="--max-steps")
     max_epochs: float = setting(0.0, "stop after this many epochs of train.data (0: no limit)")

@@ -145,13 +145,16 @@ LSL_OFF, TAG_OMITTED = " (LSL off)", " (tag omitted)"
 
 @dataclass
 class Evaluation:
-    """What :func:`score_model` measured: one result per direction scored, and why the others
-    were skipped. ``mean`` is what a caller reads (the validator); :func:`evaluate_model` turns it
-    into the JSON report."""
+    """What :func:`score_model` measured: one result per direction scored, why the others were
+    skipped, and how it scored them. ``mean`` is what a caller reads (the validator);
+    :func:`evaluate_model` turns it into the JSON report."""
     results: list[DirectionResult]
     skipped: dict[str, str]
     signature: str | None
     timing: dict[str, float]
+    use_lsl: bool
+    lid: tuple[str, ...]
+    omit_tag: bool
 
     def mean(self, kind: str, metric: str) -> float | None:
         """The mean of ``metric`` (a :class:`DirectionResult` field) over the directions of
@@ -160,16 +163,13 @@ class Evaluation:
         return sum(values) / len(values) if values and None not in values else None
 
 
-def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
-                   directions: list[str] | None = None, use_lsl: bool = True, max_sentences: int = 0,
-                   log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
-                   hyps_dir: Path | None = None, name: str = "", omit_tag: bool = False) -> dict:
-    """:func:`score_model`'s evaluation as the JSON report cll-eval writes."""
-    ev = score_model(translator, pairs, directions, use_lsl, max_sentences, log, lid, pool, hyps_dir, name, omit_tag)
+def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]], *args, **kwargs) -> dict:
+    """:func:`score_model` (same arguments) as the JSON report cll-eval writes."""
+    ev = score_model(translator, pairs, *args, **kwargs)
     return {"directions": [asdict(r) for r in ev.results],
             "averages": averages(ev.results, translator.manifest.central_language),
-            "skipped": ev.skipped, "bleu_signature": ev.signature, "use_lsl": use_lsl,
-            "lang_tag": translator.lang_tag and not omit_tag, "lid": list(lid),
+            "skipped": ev.skipped, "bleu_signature": ev.signature, "use_lsl": ev.use_lsl,
+            "lang_tag": translator.lang_tag and not ev.omit_tag, "lid": list(ev.lid),
             "timing": ev.timing, "t_weights": translator.model.t_weights(),
             "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
 
@@ -224,7 +224,7 @@ def score_model(translator: Translator, pairs: dict[str, tuple[list[str], list[s
     timing = {"sentences": sentences, "wall_s": wall, "decode_s": decode_s, "lid_s": lid_s, "scoring_s": scoring_s,
               "sentences_per_s": sentences / wall if wall else 0.0,
               "decode_sentences_per_s": sentences / decode_s if decode_s else 0.0}
-    return Evaluation(results, skipped, signature, timing)
+    return Evaluation(results, skipped, signature, timing, use_lsl, tuple(lid), omit_tag)
 
 
 def markdown(report: dict) -> str:

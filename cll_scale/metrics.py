@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from cll_scale.config import setting
 from cll_scale.outputs import json_text, write_atomic
 
 
@@ -20,11 +21,10 @@ from cll_scale.outputs import json_text, write_atomic
 class LogConfig:
     """The recipe's ``log`` section."""
     # The help texts are cll-train's flags (cll_scale.config.add_recipe_arguments).
-    every: int = field(default=50, metadata={
-        "help": "steps per metrics.jsonl line; also how often the host reads the device's metrics"})
-    peak_tflops: float = field(default=0.0, metadata={
-        "help": "the device's dense bf16 peak in TFLOP/s that MFU is measured against (0: from the "
-                "datasheet table by device name; no MFU where the name is not in it, as on a CPU)"})
+    every: int = setting(50, "steps per metrics.jsonl line; also how often the host reads the device's metrics")
+    peak_tflops: float = setting(0.0, "the device's dense bf16 peak in TFLOP/s that MFU is measured against (0: "
+                                 "from the datasheet table by device name; no MFU where the name is not in it, "
+                                 "as on a CPU)")
 
     def __post_init__(self):
         if self.every < 1 or self.peak_tflops < 0:

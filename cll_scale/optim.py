@@ -9,23 +9,25 @@ step count untouched. Nothing here reads a device value on the host.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
+
+from cll_scale.config import setting
 
 
 @dataclass
 class OptimConfig:
     """The recipe's ``optim`` section: AdamW and its schedule (paper App. A defaults)."""
     # The help texts are cll-train's flags (cll_scale.config.add_recipe_arguments).
-    lr: float = field(default=7e-4, metadata={"help": "peak learning rate"})
-    warmup_steps: int = field(default=4000, metadata={"help": "linear warm-up steps, then 1/sqrt(step) decay"})
-    schedule_offset: int = field(default=0, metadata={
-        "help": "the schedule goes on as if this many steps were done (cll-extend continues pre-training's decay)"})
-    betas: tuple[float, float] = field(default=(0.9, 0.98), metadata={"help": "AdamW's betas, e.g. [0.9, 0.98]"})
-    eps: float = field(default=1e-8, metadata={"help": "AdamW's epsilon"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW's decoupled weight decay"})
-    clip_norm: float = field(default=1.0, metadata={"help": "clip gradients to this global norm (0: no clipping)"})
+    lr: float = setting(7e-4, "peak learning rate")
+    warmup_steps: int = setting(4000, "linear warm-up steps, then 1/sqrt(step) decay")
+    schedule_offset: int = setting(0, "the schedule goes on as if this many steps were done (cll-extend "
+                                   "continues pre-training's decay)")
+    betas: tuple[float, float] = setting((0.9, 0.98), "AdamW's betas, e.g. [0.9, 0.98]")
+    eps: float = setting(1e-8, "AdamW's epsilon")
+    weight_decay: float = setting(0.0, "AdamW's decoupled weight decay")
+    clip_norm: float = setting(1.0, "clip gradients to this global norm (0: no clipping)")
 
     def __post_init__(self):
         self.betas = tuple(self.betas)

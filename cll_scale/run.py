@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.checkpointer import Checkpointer, git_commit
-from cll_scale.config import LEGACY_MODEL, RunConfig, build_configs, upgrade
+from cll_scale.config import LEGACY_MODEL, RunConfig, build_configs
 from cll_scale.export import export_model_config, load_export
 from cll_scale.manifest import Manifest
 from cll_scale.metrics import MetricsLogger, device_peak_tflops
@@ -165,7 +165,6 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
     newest complete checkpoint when resuming."""
     set_threads()
     rank, world, _ = ds.init_distributed()
-    recipe = upgrade(recipe, "recipe")
     data_dir = recipe.get("train", {}).get("data")
     if not data_dir:
         raise ValueError("no shard directory: set train.data in the recipe or pass --data")
@@ -193,7 +192,7 @@ def _resolve(recipe: dict, manifest: Manifest, data_dir: str) -> RunConfig:
     init_from = recipe.get("train", {}).get("init_from")
     if init_from:
         recipe = {**recipe, "model": {**export_model_config(init_from), **recipe.get("model", {})}}
-    cfg = build_configs(recipe, manifest.languages, manifest.central_language, manifest.tokenizer, where="")
+    cfg = build_configs(recipe, manifest.languages, manifest.central_language, manifest.tokenizer)
     if init_from and (cfg.model.languages != manifest.languages
                       or cfg.model.vocab_size != manifest.tokenizer.vocab_size):
         raise ValueError(f"{init_from} was built for languages {cfg.model.languages} and "

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from cll_scale import engine as ds
+from cll_scale.config import setting
 from cll_scale.manifest import SUPERVISED, ZERO_SHOT
 from cll_scale.model import label_smoothed_loss
 from cll_scale.stream import Batch, eval_batches
@@ -23,17 +24,14 @@ BEST_METRICS = ("", "valid_nll", "valid_bleu")
 class ValidConfig:
     """The recipe's ``valid`` section: validation during training and the model it selects."""
     # The help texts are cll-train's flags (cll_scale.config.add_recipe_arguments).
-    every: int = field(default=500, metadata={"help": "validate every this many steps"})
-    max_batches: int = field(default=0, metadata={"help": "batches per direction at most (0: the whole split)"})
-    max_sentences: int = field(default=0, metadata={
-        "help": "the first N sentences (dev-set lines) of each direction, split over the ranks (0: every "
-                "sentence; OPUS-100: 200 of the 2,000 in each of 188 directions)"})
-    decode_sentences: int = field(default=0, metadata={
-        "help": "also greedy-translate this many sentences per direction and log BLEU and the zero-shot "
-                "off-target rate (0: no decoding)"})
-    best_metric: str = field(default="valid_nll", metadata={
-        "help": "export-best/ follows this supervised metric: valid_nll (lower is better), valid_bleu "
-                "(needs decode_sentences), or '' for no selection"})
+    every: int = setting(500, "validate every this many steps")
+    max_batches: int = setting(0, "batches per direction at most (0: the whole split)")
+    max_sentences: int = setting(0, "the first N sentences (dev-set lines) of each direction, split over the "
+                                 "ranks (0: every sentence; OPUS-100: 200 of the 2,000 in each of 188 directions)")
+    decode_sentences: int = setting(0, "also greedy-translate this many sentences per direction and log BLEU and "
+                                    "the zero-shot off-target rate (0: no decoding)")
+    best_metric: str = setting("valid_nll", "export-best/ follows this supervised metric: valid_nll (lower is "
+                               "better), valid_bleu (needs decode_sentences), or '' for no selection")
 
     def __post_init__(self):
         self.best_metric = self.best_metric or ""      # `--set valid.best_metric=` reads as None
