@@ -15,9 +15,8 @@ prints the tables. Corpora and shards are deleted at the end unless ``--keep``.
 How each figure is taken:
   * every stage runs in a child process that reports its own peak resident memory
     (``getrusage(RUSAGE_SELF).ru_maxrss``) and the same figure right after its imports;
-  * build stage times: ``build_shards`` logs and returns none, so the child wraps build.py's own
-    functions (SentencePiece training, each split's line reader, ``sp.encode``, the Arrow writer)
-    with timers, without changing build.py; what the wrappers cannot separate is listed as such;
+  * build stage times: the build's own stage clock (``build_shards(corpus, cfg, clock)``,
+    data_tools/clock.py; the line ``cll-shards build`` prints), whose stages add up to the build;
   * direction shares: ``ShardStream.probs`` (``q_d ∝ n_d^(1/T)`` over the training rows of each
     direction, stream.py) against the directions of 2,000 consecutive batches.
 Extrapolation to 1.0 uses the formula printed beside each figure: linear in the rows a stage
@@ -60,80 +59,19 @@ r = synthesize(sys.argv[1], float(sys.argv[2]))
 print(json.dumps({"seconds": r["seconds"], "totals": r["totals"], "rss_imports_mb": imports, "rss_peak_mb": peak_mb()}))
 """
 
-# build_shards with timers around build.py's own functions (build.py itself is unchanged).
+# build_shards with its own stage clock (data_tools.clock): the stages add up to the build.
 BUILD = _RSS + r"""
-import data_tools.build as B
-import data_tools.tokenizer as T
+from data_tools.build import BuildConfig, build_shards
+from data_tools.clock import StageClock
 from data_tools.sources import read_opus100
 corpus_dir, out_dir, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3])
 imports = peak_mb()
-t = dict.fromkeys(["scan", "build_shards", "spm_total", "spm_train", "read_spm", "read_write", "encode",
-                   "write_arrow", "write_split"], 0.0)
-depth = dict.fromkeys(t, 0)
-stage = ["write"]
-
-def timed(key, fn):
-    def wrapper(*a, **k):
-        depth[key] += 1                  # _write_block calls _close_file: count the outer call only
-        t0 = time.perf_counter()
-        try:
-            return fn(*a, **k)
-        finally:
-            depth[key] -= 1
-            if depth[key] == 0:
-                t[key] += time.perf_counter() - t0
-    return wrapper
-
-def reader(fn):
-    def read(size):
-        it = fn(size)
-        while True:
-            t0 = time.perf_counter()
-            try:
-                item = next(it)
-            except StopIteration:
-                return
-            finally:
-                t["read_" + stage[0]] += time.perf_counter() - t0
-            yield item
-    return read
-
-spm_fn = timed("spm_total", B.train_sentencepiece)
-def spm(*a, **k):
-    stage[0] = "spm"
-    try:
-        return spm_fn(*a, **k)
-    finally:
-        stage[0] = "write"
-B.train_sentencepiece = spm
-T._train_or_explain = timed("spm_train", T._train_or_explain)
-
-class TimedSP:
-    def __init__(self, sp):
-        self._sp = sp
-    def encode(self, *a, **k):
-        t0 = time.perf_counter()
-        try:
-            return self._sp.encode(*a, **k)
-        finally:
-            t["encode"] += time.perf_counter() - t0
-    def __getattr__(self, name):
-        return getattr(self._sp, name)
-check = B.check_sentencepiece
-B.check_sentencepiece = lambda *a, **k: TimedSP(check(*a, **k))
-B._DirectionWriter._write_block = timed("write_arrow", B._DirectionWriter._write_block)
-B._DirectionWriter._close_file = timed("write_arrow", B._DirectionWriter._close_file)
-B._write_split = timed("write_split", B._write_split)
-
-t0 = time.perf_counter()
-corpus = read_opus100(corpus_dir)
-t["scan"] = time.perf_counter() - t0
-for s in corpus.splits:
-    s.read_chunks = reader(s.read_chunks)
-cfg = B.BuildConfig(out_dir=out_dir, vocab_size=vocab)
-t0 = time.perf_counter()
-m = B.build_shards(corpus, cfg)
-t["build_shards"] = time.perf_counter() - t0
+clock = StageClock()
+with clock.stage("scan"):
+    corpus = read_opus100(corpus_dir)
+cfg = BuildConfig(out_dir=out_dir, vocab_size=vocab)
+m = build_shards(corpus, cfg, clock)
+t = clock.seconds
 lines = {"all": sum(s.n_lines for s in corpus.splits), "train": sum(s.n_lines for s in corpus.train_splits())}
 by_role = {}
 for name, split in m.splits.items():
@@ -355,6 +293,14 @@ def pool_rows(rows_by_pair: list[int], block: int, stream: dict) -> int:
     return sum(2 * min(n, k * block) for n in rows_by_pair)
 
 
+def spm_sampling(t: dict) -> float:
+    return t["spm_read"] + t["spm_sample"]
+
+
+def encode_pass(t: dict) -> float:
+    return t["read"] + t["encode"] + t["filter"] + t["write"]
+
+
 def extrapolate(r: dict) -> dict:
     """Each figure at scale 1.0 from the figures of one scale, with the formula used."""
     b, full = r["build"], full_scale_shape(r["build"]["block_rows"], r["build"]["shard_rows"])
@@ -375,12 +321,11 @@ def extrapolate(r: dict) -> dict:
     return {
         "synth_s": (r["synth"]["seconds"] * k_all, "x all pairs (train + dev/test/zero-shot)"),
         "scan_s": (t["scan"] * k_all, "x all pairs"),
-        "spm_sampling_s": ((t["spm_total"] - t["spm_train"]) * k_train, "x training pairs"),
+        "spm_sampling_s": (spm_sampling(t) * k_train, "x training pairs"),
         "spm_training_s": (t["spm_train"] * spm1 / b["spm_sentences"], "x sentences sampled (capped)"),
-        "encode_write_s": (t["write_split"] * k_all, "x all pairs"),
-        "build_s": (t["scan"] * k_all + (t["spm_total"] - t["spm_train"]) * k_train
-                    + t["spm_train"] * spm1 / b["spm_sentences"]
-                    + (t["build_shards"] - t["spm_total"]) * k_all, "sum of the stages"),
+        "encode_write_s": (encode_pass(t) * k_all, "x all pairs"),
+        "build_s": (t["scan"] * k_all + spm_sampling(t) * k_train + t["spm_train"] * spm1 / b["spm_sentences"]
+                    + (encode_pass(t) + t["finish"]) * k_all, "sum of the stages"),
         "build_rss_mb": (b["rss_peak_mb"], "constant"),
         "shard_bytes": (bytes1, "train x training pairs + eval"),
         "manifest_bytes": (b["manifest_bytes"] * files_1 / files_s, f"x shard files ({files_s} -> {files_1})"),
@@ -402,9 +347,9 @@ def extrapolate(r: dict) -> dict:
 def figures(r: dict) -> dict:
     """The measured figure behind each key of :func:`extrapolate`."""
     b, t, st, s = r["build"], r["build"]["times"], r["startup"], r["stream"]
-    return {"synth_s": r["synth"]["seconds"], "scan_s": t["scan"], "spm_sampling_s": t["spm_total"] - t["spm_train"],
-            "spm_training_s": t["spm_train"], "encode_write_s": t["write_split"],
-            "build_s": t["scan"] + t["build_shards"], "build_rss_mb": b["rss_peak_mb"],
+    return {"synth_s": r["synth"]["seconds"], "scan_s": t["scan"], "spm_sampling_s": spm_sampling(t),
+            "spm_training_s": t["spm_train"], "encode_write_s": encode_pass(t),
+            "build_s": sum(t.values()), "build_rss_mb": b["rss_peak_mb"],
             "shard_bytes": b["shards"]["train"]["bytes"] + b["shards"]["eval"]["bytes"],
             "manifest_bytes": b["manifest_bytes"], "verify_s": r["verify"]["seconds"],
             "start_none_s": st["none"]["start_s"], "start_size_s": st["size"]["start_s"],
@@ -589,18 +534,16 @@ def stage_table(results: list[dict]) -> str:
     for r in results:
         b, t = r["build"], r["build"]["times"]
         rows_written = b["shards"]["train"]["rows"] + b["shards"]["eval"]["rows"]
-        other = t["write_split"] - t["read_write"] - t["encode"] - t["write_arrow"]
         stages = [
             ("scan: count lines, check UTF-8 (read_opus100)", t["scan"], b["pairs"]["all"], "pairs"),
-            ("SentencePiece sampling: read", t["read_spm"], b["pairs"]["train"], "pairs"),
-            ("SentencePiece sampling: sample, write text", t["spm_total"] - t["spm_train"] - t["read_spm"],
-             b["pairs"]["train"], "pairs"),
+            ("SentencePiece sampling: read", t["spm_read"], b["pairs"]["train"], "pairs"),
+            ("SentencePiece sampling: sample, write text", t["spm_sample"], b["pairs"]["train"], "pairs"),
             ("SentencePiece training (C++, one call)", t["spm_train"], b["spm_sentences"], "sentences"),
-            ("encode pass: read lines", t["read_write"], b["pairs"]["all"], "pairs"),
+            ("encode pass: read lines", t["read"], b["pairs"]["all"], "pairs"),
             ("encode pass: sp.encode", t["encode"], b["pairs"]["all"], "pairs"),
-            ("encode pass: filter, build lists (not separable further)", other, b["pairs"]["all"], "pairs"),
-            ("writing: Arrow batches, zstd, file, sha256", t["write_arrow"], rows_written, "direction rows"),
-            ("manifest, tokenizer hash, rename", t["build_shards"] - t["spm_total"] - t["write_split"], None, ""),
+            ("encode pass: id lists, filter, columns", t["filter"], b["pairs"]["all"], "pairs"),
+            ("writing: Arrow batches, zstd, file, sha256", t["write"], rows_written, "direction rows"),
+            ("checks, manifest, tokenizer hash, rename", t["finish"], None, ""),
         ]
         for name, sec, n, unit in stages:
             lines.append(f"| {r['scale']:g} | {name} | {sec:.2f} | {fmt(n)} {unit} | "

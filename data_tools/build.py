@@ -21,6 +21,7 @@ from cll_scale.cli import non_negative_int
 from cll_scale.languages import Direction, lang_tag
 from cll_scale.manifest import MANIFEST, Manifest, ManifestError, Shard, SplitInfo, TokenizerInfo, sha256_file
 from cll_scale.outputs import atomic_dir, check_output
+from data_tools.clock import StageClock
 from data_tools.sources import Corpus, CorpusError
 from data_tools.tokenizer import check_sentencepiece, train_sentencepiece
 
@@ -134,38 +135,64 @@ def id_lists(ids: list[list[int]]) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
 
 
+class _ChunkColumns:
+    """One chunk of a split as Arrow columns per language, shared by the split's directions."""
+
+    def __init__(self, first: int, chunk: dict[str, list[str]], encoded: dict[str, list[list[int]]],
+                 langs: list[str], with_text: bool, max_tokens: int):
+        self.n = len(next(iter(chunk.values())))
+        self.with_text = with_text
+        self.lines = pa.array(np.arange(first, first + self.n, dtype=np.int64))
+        self.ids = {x: id_lists(encoded[x]) for x in langs}
+        self.texts = {x: pa.array(chunk[x], pa.string()) for x in langs} if with_text else {}
+        self.empty = {x: np.array([not t for t in chunk[x]], dtype=bool) for x in langs}
+        self.long = {x: np.diff(self.ids[x].offsets.to_numpy()) > max_tokens for x in langs}
+
+    def direction(self, d: Direction, schema: pa.Schema, counts: dict[str, int], drop_long: bool) -> pa.RecordBatch:
+        """The rows of direction ``d`` without the empty ones (and the over-long ones if
+        ``drop_long``), each counted in ``counts``."""
+        is_empty = self.empty[d.src] | self.empty[d.tgt]
+        is_long = (self.long[d.src] | self.long[d.tgt]) & ~is_empty if drop_long else np.zeros(self.n, bool)
+        counts["empty"] += int(is_empty.sum())
+        counts["too_long"] += int(is_long.sum())
+        cols = [self.lines, self.ids[d.src], self.ids[d.tgt]]
+        if self.with_text:
+            cols += [self.texts[d.src], self.texts[d.tgt]]
+        drop = is_empty | is_long
+        if drop.any():
+            keep = pa.array(np.flatnonzero(~drop))
+            cols = [c.take(keep) for c in cols]
+        return pa.record_batch(cols, schema=schema)
+
+
 def _write_split(split, sp: spm.SentencePieceProcessor, root: Path, cfg: BuildConfig,
-                 info: SplitInfo) -> None:
+                 info: SplitInfo, clock: StageClock) -> None:
+    """Encode one split and write each of its directions; ``clock`` gets the stages ``read`` (the
+    corpus' reader), ``encode`` (SentencePiece), ``filter`` (id lists, empty and over-long rows,
+    columns) and ``write`` (Arrow blocks, compression, files, their sha256)."""
     role = split_role(split.name)
     with_text = role != "train"
     writers = {d: _DirectionWriter(root, split.name, d, cfg, with_text) for d in split.directions}
     filtered = {str(d): info.filtered.setdefault(str(d), {"empty": 0, "too_long": 0}) for d in split.directions}
     bar = tqdm(total=split.n_lines, unit="lines", desc=f"{split.name} {'/'.join(split.langs)}", leave=False,
                disable=None)
-    for first, chunk in split.read_chunks(8192):
-        n = len(next(iter(chunk.values())))
-        ids = {x: id_lists(sp.encode(chunk[x], num_threads=cfg.threads)) for x in split.langs}
-        lines = pa.array(np.arange(first, first + n, dtype=np.int64))
-        texts = {x: pa.array(chunk[x], pa.string()) for x in split.langs} if with_text else {}
-        empty = {x: np.array([not t for t in chunk[x]], dtype=bool) for x in split.langs}
-        long = {x: np.diff(ids[x].offsets.to_numpy()) > cfg.max_tokens for x in split.langs}
+    for first, chunk in clock.iterate("read", split.read_chunks(8192)):
+        with clock.stage("encode"):
+            encoded = {x: sp.encode(chunk[x], num_threads=cfg.threads) for x in split.langs}
+        with clock.stage("filter"):
+            columns = _ChunkColumns(first, chunk, encoded, split.langs, with_text, cfg.max_tokens)
         for d, writer in writers.items():
-            is_empty = empty[d.src] | empty[d.tgt]
-            # Test sets keep over-long sentences (dropping them would change BLEU's test set);
-            # translation truncates them with a warning instead.
-            is_long = (long[d.src] | long[d.tgt]) & ~is_empty if role == "train" else np.zeros(n, bool)
-            filtered[str(d)]["empty"] += int(is_empty.sum())
-            filtered[str(d)]["too_long"] += int(is_long.sum())
-            cols = [lines, ids[d.src], ids[d.tgt]] + ([texts[d.src], texts[d.tgt]] if with_text else [])
-            drop = is_empty | is_long
-            if drop.any():
-                keep = pa.array(np.flatnonzero(~drop))
-                cols = [c.take(keep) for c in cols]
-            writer.add(pa.record_batch(cols, schema=writer.schema))
-        bar.update(n)
+            with clock.stage("filter"):
+                # Test sets keep over-long sentences (dropping them would change BLEU's test set);
+                # translation truncates them with a warning instead.
+                batch = columns.direction(d, writer.schema, filtered[str(d)], drop_long=role == "train")
+            with clock.stage("write"):
+                writer.add(batch)
+        bar.update(columns.n)
     bar.close()
-    for writer in writers.values():
-        info.shards.extend(writer.close())
+    with clock.stage("write"):
+        for writer in writers.values():
+            info.shards.extend(writer.close())
 
 
 def shard_dir_strangers(path: Path) -> list[str] | None:
@@ -183,16 +210,25 @@ def shard_dir_strangers(path: Path) -> list[str] | None:
     return sorted(rel for rel in (str(p.relative_to(path)) for p in path.rglob("*")) if rel not in ours)
 
 
-def build_shards(corpus: Corpus, cfg: BuildConfig) -> Manifest:
+def build_shards(corpus: Corpus, cfg: BuildConfig, clock: StageClock | None = None) -> Manifest:
     """Build into ``cfg.out_dir``. An existing output is replaced only with ``overwrite`` and only
-    when it is a shard build holding nothing else; an output overlapping the corpus is refused."""
+    when it is a shard build holding nothing else; an output overlapping the corpus is refused.
+
+    ``clock`` (data_tools.clock) gets the build's stages: SentencePiece's (``spm_read``,
+    ``spm_sample``, ``spm_train``; none with a given model), the encode pass's (``read``,
+    ``encode``, ``filter``, ``write``) and ``finish``, the rest of the build's wall time (checks,
+    tokenizer hash, manifest, the rename into place)."""
+    clock = clock or StageClock()
+    start, before = clock.timer(), clock.total()
     out = check_output(cfg.out_dir, inputs=[corpus.path], overwrite=cfg.overwrite, kind="shard directory",
                        strangers=shard_dir_strangers)
     with atomic_dir(out, replace=True) as tmp:
-        return _build_into(corpus, cfg, tmp)
+        manifest = _build_into(corpus, cfg, tmp, clock)
+    clock.add("finish", clock.timer() - start - (clock.total() - before))
+    return manifest
 
 
-def _build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path) -> Manifest:
+def _build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path, clock: StageClock) -> Manifest:
     if cfg.spm_model:
         check_sentencepiece(cfg.spm_model, corpus.languages)
         shutil.copyfile(cfg.spm_model, tmp / "spm.model")
@@ -200,12 +236,12 @@ def _build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path) -> Manifest:
     else:
         model_path = train_sentencepiece(corpus, tmp / "spm", cfg.vocab_size, cfg.model_type,
                                          cfg.spm_temperature, cfg.spm_sentences,
-                                         cfg.character_coverage, cfg.seed, cfg.threads)
+                                         cfg.character_coverage, cfg.seed, cfg.threads, clock)
     sp = check_sentencepiece(model_path, corpus.languages)
     splits: dict[str, SplitInfo] = {}
     for split in corpus.splits:
         info = splits.setdefault(split.name, SplitInfo(role=split_role(split.name)))
-        _write_split(split, sp, tmp, cfg, info)
+        _write_split(split, sp, tmp, cfg, info, clock)
     for info in splits.values():
         info.shards.sort(key=lambda s: s.file)
     tokenizer = TokenizerInfo(

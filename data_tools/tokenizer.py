@@ -17,6 +17,7 @@ import sentencepiece as spm
 from tqdm.auto import tqdm
 
 from cll_scale.languages import lang_tag
+from data_tools.clock import StageClock
 from data_tools.sources import Corpus, CorpusError
 
 # Special ids fixed across every model we build: pad must exist (batches are padded) and sit at 0.
@@ -48,8 +49,11 @@ def training_lines(corpus: Corpus) -> dict[str, int]:
 
 def train_sentencepiece(corpus: Corpus, out_prefix: str | os.PathLike, vocab_size: int = 8000,
                         model_type: str = "bpe", temperature: float = 5.0, sentences: int = 1_000_000,
-                        character_coverage: float = 0.9995, seed: int = 1, threads: int = 2) -> Path:
-    """Learn ``{out_prefix}.model`` from the corpus' training splits; returns its path."""
+                        character_coverage: float = 0.9995, seed: int = 1, threads: int = 2,
+                        clock: StageClock | None = None) -> Path:
+    """Learn ``{out_prefix}.model`` from the corpus' training splits; returns its path. ``clock``
+    gets the stages ``spm_read`` (the corpus' reader), ``spm_sample`` and ``spm_train``."""
+    clock = clock or StageClock()
     counts = training_lines(corpus)
     total = min(sentences, sum(counts.values()))
     rates = language_sample_rates(counts, total, temperature)
@@ -62,33 +66,43 @@ def train_sentencepiece(corpus: Corpus, out_prefix: str | os.PathLike, vocab_siz
             bar = tqdm(total=sum(s.n_lines or 0 for s in corpus.train_splits()), unit="lines",
                        desc="sampling text for SentencePiece", leave=False, disable=None)
             for split in corpus.train_splits():
-                for _, chunk in split.read_chunks(8192):
-                    for x, lines in chunk.items():
-                        if x not in rates:
-                            continue
-                        rate = rates[x]
-                        copies = np.floor(rate) + (rng.random(len(lines)) < rate - np.floor(rate))
-                        for line, c in zip(lines, copies.astype(np.int64)):
-                            if line and c:
-                                text.write((line.replace("\n", " ") + "\n") * int(c))
-                                written += int(c)
+                for _, chunk in clock.iterate("spm_read", split.read_chunks(8192)):
+                    with clock.stage("spm_sample"):
+                        written += _write_sample(text, chunk, rates, rng)
                     bar.update(len(next(iter(chunk.values()))))
             bar.close()
             text.close()
             if written == 0:
                 raise CorpusError("every training line is empty: nothing to learn a vocabulary from")
             spm.set_random_generator_seed(seed)
-            _train_or_explain(
-                input=text.name, model_prefix=str(out_prefix), vocab_size=vocab_size,
-                model_type=model_type, character_coverage=character_coverage,
-                pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-                control_symbols=[lang_tag(x) for x in corpus.languages],
-                # Unseen characters (emoji, rare scripts) become bytes instead of <unk>.
-                byte_fallback=True, input_sentence_size=0, shuffle_input_sentence=True,
-                num_threads=threads, minloglevel=2, max_sentence_length=1 << 14)
+            with clock.stage("spm_train"):
+                _train_or_explain(
+                    input=text.name, model_prefix=str(out_prefix), vocab_size=vocab_size,
+                    model_type=model_type, character_coverage=character_coverage,
+                    pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                    control_symbols=[lang_tag(x) for x in corpus.languages],
+                    # Unseen characters (emoji, rare scripts) become bytes instead of <unk>.
+                    byte_fallback=True, input_sentence_size=0, shuffle_input_sentence=True,
+                    num_threads=threads, minloglevel=2, max_sentence_length=1 << 14)
         finally:
             Path(text.name).unlink(missing_ok=True)
     return out_prefix.with_suffix(".model")
+
+
+def _write_sample(text, chunk: dict[str, list[str]], rates: dict[str, float], rng: np.random.Generator) -> int:
+    """Write each line of a chunk ``floor(rate)`` or ``ceil(rate)`` times (the fraction drawn),
+    so a language's expected share of the sample is its rate; returns the lines written."""
+    written = 0
+    for x, lines in chunk.items():
+        if x not in rates:
+            continue
+        rate = rates[x]
+        copies = np.floor(rate) + (rng.random(len(lines)) < rate - np.floor(rate))
+        for line, c in zip(lines, copies.astype(np.int64)):
+            if line and c:
+                text.write((line.replace("\n", " ") + "\n") * int(c))
+                written += int(c)
+    return written
 
 
 def _train_or_explain(**kwargs) -> None:

@@ -1,6 +1,8 @@
 """cll-shards build / inspect / verify on real corpora, and the promises about bad input."""
 import json
+import re
 import shutil
+import time
 
 import pyarrow as pa
 import pytest
@@ -10,6 +12,7 @@ from cll_scale.manifest import Manifest, ManifestError
 from data_tools import build as build_mod
 from data_tools.build import BuildConfig, build_shards
 from data_tools.cli import main
+from data_tools.clock import StageClock
 from data_tools.sources import read_hf_dataset, read_multiway
 from data_tools.tokenizer import language_sample_rates
 from tests.conftest import OPUS_SAMPLE, run_cli
@@ -59,6 +62,12 @@ def test_triangle_build_and_inspect(multi30k, tmp_path, capsys):
     row = next(line for line in table.splitlines() if line.startswith("train") and " de-fr " in line)
     assert "supervised" in row and "29,000" in row
     assert any(line.startswith("valid") and " fr-de " in line and "zero-shot" in line for line in table.splitlines())
+    # The first line says where the build's time went, stage by stage, adding up to its total.
+    total, stages = re.fullmatch(r"wrote .* in ([\d.]+) s \((.*)\)", stdout.splitlines()[0]).groups()
+    seconds = {name: float(x) for name, x in (item.split() for item in stages.split(", "))}
+    assert list(seconds) == ["scan", "spm_read", "spm_sample", "spm_train", "read", "encode", "filter", "write",
+                             "finish"]
+    assert abs(sum(seconds.values()) - float(total)) <= 0.05 * len(seconds)   # each rounded to 0.1 s
 
 
 def test_opus100_sample_builds(tmp_path, capsys):
@@ -137,6 +146,36 @@ def test_empty_and_overlong_lines_are_filtered_and_counted(small_multiway, tmp_p
         assert train.rows(d) + sum(train.filtered[d].values()) == 300
     lines = read_shard(tmp_path / "o" / next(s.file for s in train.shards if s.direction == "en-de"))["line"]
     assert 4 not in lines.to_pylist() and 21 not in lines.to_pylist() and 22 in lines.to_pylist()
+
+
+def test_build_stages_add_up_to_the_build(small_multiway, tmp_path):
+    clock = StageClock()
+    clock.add("scan", 100.0)                  # a stage the caller timed before is not the build's
+    start = time.perf_counter()
+    build_shards(read_multiway(small_multiway, "centered"),
+                 BuildConfig(out_dir=str(tmp_path / "o"), vocab_size=1200), clock)
+    wall = time.perf_counter() - start
+    assert list(clock.seconds) == ["scan", "spm_read", "spm_sample", "spm_train", "read", "encode", "filter",
+                                   "write", "finish"]
+    assert clock.seconds["scan"] == 100.0 and min(clock.seconds.values()) >= 0
+    build = clock.total() - 100.0
+    assert wall - 0.05 <= build <= wall
+
+
+def test_stage_clock_counts_a_readers_time_without_the_loop_body():
+    now = [0.0]
+
+    def reader():
+        for i in range(3):
+            now[0] += 1.0                     # reading one item takes 1 s
+            yield i
+
+    clock = StageClock(timer=lambda: now[0])
+    for _ in clock.iterate("read", reader()):
+        with clock.stage("work"):
+            now[0] += 10.0                    # the body's 10 s are not the reader's
+    assert clock.seconds == {"read": 3.0, "work": 30.0}
+    assert clock.format() == "33.0 s (read 3.0, work 30.0)"
 
 
 def test_bounded_shards_and_blocks(small_multiway, tmp_path):
@@ -281,10 +320,11 @@ def test_failed_build_leaves_nothing_and_keeps_the_old_output(small_multiway, tm
 def test_reusing_a_sentencepiece_model(m30k_centered, small_multiway, tmp_path, capsys):
     spm_path = m30k_centered / "spm.model"
     out = tmp_path / "o"
-    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out),
-                                  "--spm-model", str(spm_path)], capsys)
+    code, stdout, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out),
+                                       "--spm-model", str(spm_path)], capsys)
     assert code == 0, err
     assert Manifest.load(out).tokenizer.sha256 == Manifest.load(m30k_centered).tokenizer.sha256
+    assert "spm_" not in stdout.splitlines()[0]       # no SentencePiece stage with a given model
     # A model without the tags this corpus needs is refused with the missing tags named.
     other = tmp_path / "tri"
     shutil.copytree(small_multiway, other)
