@@ -40,10 +40,12 @@ VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
 RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
 INITS = ("torch", "xavier")
 LSL_DROPOUTS = ("authors", "double")
-# What a model config written before a setting existed meant by its absence: records, exports and
-# resumed runs from before issue 34 were trained with this rule. (Their data configs lack
-# `mixing`, which meant one direction a step; a resumed run's stream state says so itself.)
-LEGACY_MODEL = {"lsl_dropout": "double"}
+# The training rules whose default changed (issue 34), and what a config written before they
+# existed meant by their absence: records, exports and resumed runs from before were trained with
+# one direction a step and the LSL dropped twice. (A resumed run's stream state names its mixing
+# itself; cll-repro keeps one rule per study, records.check_one_rule.)
+LEGACY = {"model": {"lsl_dropout": "double"}, "data": {"mixing": "direction"}}
+LEGACY_MODEL = LEGACY["model"]
 
 
 def setting(default, help: str, **meta):
@@ -425,6 +427,35 @@ class RunConfig:
         return {"preset": self.preset, **{name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}}
 
 
+def training_rules(config: dict, recorded: bool) -> dict[str, object]:
+    """The :data:`LEGACY` rules a config trains with, as ``{"data.mixing": ..., ...}``: of a
+    recipe (with its overrides applied; a rule it does not name is the preset's or today's
+    default), or, ``recorded``, of a run's config.json (one it does not name is the legacy rule)."""
+    config = upgrade(config)
+    preset = PRESETS.get(config.get("preset", "small"), {})
+    classes = section_classes()
+    rules = {}
+    for section, legacy in LEGACY.items():
+        given = config.get(section) or {}
+        for key, old in legacy.items():
+            if key in given:
+                rules[f"{section}.{key}"] = given[key]
+            elif recorded:
+                rules[f"{section}.{key}"] = old
+            else:
+                rules[f"{section}.{key}"] = (preset if section == "model" else {}).get(
+                    key, _field_default(classes[section], key))
+    return rules
+
+
+def _field_default(cls: type, name: str):
+    return _default(next(f for f in dataclasses.fields(cls) if f.name == name))
+
+
+def _default(f: dataclasses.Field):
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
 def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer,
                   where: str = "recipe") -> RunConfig:
     """Resolve a recipe against a shard manifest's languages and tokenizer."""
@@ -452,7 +483,7 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
                 continue
             flags = dict.fromkeys([f"--{section}.{f.name}", f"--{section}.{f.name.replace('_', '-')}",
                                    *([f.metadata["flag"]] if "flag" in f.metadata else [])])
-            default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+            default = _default(f)
             choices = f.metadata.get("choices")
             shown = f"one of {', '.join(choices)}; " if choices else ""
             group.add_argument(*flags, dest=f"{section}.{f.name}", default=None, metavar="VALUE", choices=choices,

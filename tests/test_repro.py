@@ -225,6 +225,50 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     assert "**In progress: 1 of 2 models.** Still to train: fcll seed2." in text and "| fcll seed1 | 10 |" in text
 
 
+def test_a_study_keeps_the_training_rules_it_was_begun_with(tmp_path):
+    """The study recipes of before issue 34 name neither data.mixing nor model.lsl_dropout, so their
+    records mean the old rules and today's defaults are the authors'. Adding seeds today must not
+    mix the two silently: refused with the --set that continues the study as trained, and that
+    --set keeps the records (it restates their own rules)."""
+    from cll_scale.config import training_rules
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.records import (check_one_rule, planned_rules, recorded_rules, training_identity,
+                                         use_records, write_record)
+    assert training_rules({}, recorded=True) == {"model.lsl_dropout": "double", "data.mixing": "direction"}
+    assert training_rules({}, recorded=False) == {"model.lsl_dropout": "authors", "data.mixing": "mixed"}
+    recipe = tmp_path / "multi30k_triangle_fcll.yaml"
+    recipe.write_text("preset: tiny\nmodel:\n  variant: fcll\n")
+    budget = Budget(steps=10)
+    seed1 = tmp_path / "runs" / "multi30k-triangle-fcll-seed1"
+    (seed1 / "export").mkdir(parents=True)
+    (seed1 / "config.json").write_text(json.dumps({"model": {"variant": "fcll"}, "data": {"seed": 1}}))
+    (seed1 / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "epoch": 0.1, "elapsed_s": 5.0}) + "\n")
+    (seed1 / "export" / "export.json").write_text(json.dumps({"step": 10}))
+    assert recorded_rules(seed1) == {"model.lsl_dropout": "double", "data.mixing": "direction"}
+    records = tmp_path / "results" / "records"
+    write_record(seed1, records / seed1.name, training_identity(recipe, ["train.seed=1"], budget))
+    runs = {"fcll seed1": seed1, "fcll seed2": tmp_path / "runs" / "multi30k-triangle-fcll-seed2"}
+    with pytest.raises(ValueError, match=r"model.lsl_dropout=double, data.mixing=direction: fcll seed1 \(trained\); "
+                                         r"model.lsl_dropout=authors, data.mixing=mixed: fcll seed2 \(this sitting\).*"
+                                         r"--set model.lsl_dropout=double --set data.mixing=direction"):
+        check_one_rule(runs, {"fcll seed2": planned_rules(recipe, ["train.seed=2"])})
+    old_rules = ["data.mixing=direction", "model.lsl_dropout=double"]
+    check_one_rule(runs, {"fcll seed2": planned_rules(recipe, ["train.seed=2", *old_rules])})
+    # a run begun under the old rules and resumed under today's is refused as well
+    with pytest.raises(ValueError, match=r"fcll seed1 \(trained\); .*fcll seed1 \(this sitting\)"):
+        check_one_rule(runs, {"fcll seed1": planned_rules(recipe, ["train.seed=1"])})
+    # the restating --set keeps seed 1's record; another rule does not
+    gone = {"fcll seed1": tmp_path / "elsewhere" / seed1.name}
+    kept = use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1", *old_rules], budget)},
+                       records, budget)
+    assert kept == {"fcll seed1": records / seed1.name}
+    assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1", "data.mixing=mixed"], budget)},
+                       records, budget) == gone
+    # a recipe that names today's rules, over models trained with them: one rule, nothing refused
+    (seed1 / "config.json").write_text(json.dumps({"model": {"lsl_dropout": "authors"}, "data": {"mixing": "mixed"}}))
+    check_one_rule(runs, {"fcll seed2": planned_rules(recipe, ["train.seed=2"])})
+
+
 def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     """A study whose models were trained in bf16 (on a CPU with avx512_bf16) and whose rest this
     machine would train in fp32 is refused, with each precision's models named, and so is a run

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from cll_scale.checkpointer import BEST_EXPORT, chosen_export
-from cll_scale.config import SECTIONS, TrainConfig, apply_overrides, load_recipe, upgrade
+from cll_scale.config import SECTIONS, TrainConfig, apply_overrides, load_recipe, training_rules, upgrade
 from cll_scale.metrics import read_rows
 from cll_scale.outputs import json_text, write_atomic
 from cll_scale.precision import hardware, trained_precision
@@ -97,7 +97,8 @@ def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Pat
         if (run_dir / "metrics.jsonl").exists() or not is_record(record):
             continue
         kept = json.loads((record / RECORD).read_text())
-        same = {k: kept.get(k) for k in identities[name]} == identities[name]
+        wanted = _as_trained(identities[name], record)
+        same = _as_trained({k: kept.get(k) for k in wanted}, record) == wanted
         if same and finished(record, budget):
             print(f"[cll-repro] {name}: trained before ({kept.get('hardware')}); using its record {record}",
                   file=sys.stderr)
@@ -129,6 +130,31 @@ def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> l
             if not same:
                 diff.append(f"{section}.{key}={value!r} (trained with {have!r})")
     return diff
+
+
+def _as_trained(identity: dict, record: Path) -> dict:
+    """``identity`` without the overrides that restate a training rule the record was trained
+    with (``--set data.mixing=direction`` on a record of before issue 34, whose recipe names no
+    rule): they ask nothing the record does not have, so a study continued under its own rules
+    keeps its records."""
+    trained = recorded_rules(record)
+
+    def restates(item: str) -> bool:
+        key = item.partition("=")[0]
+        return key in trained and training_rules(apply_overrides({}, [item]), recorded=False)[key] == trained[key]
+
+    return {**identity, "overrides": [item for item in identity.get("overrides") or [] if not restates(item)]}
+
+
+def planned_rules(recipe: Path, overrides: list[str]) -> dict[str, object]:
+    """The training rules cll-train trains a recipe with today (its own, else today's defaults)."""
+    return training_rules(apply_overrides(load_recipe(recipe), list(overrides)), recorded=False)
+
+
+def recorded_rules(run_dir: Path) -> dict[str, object]:
+    """The training rules a run (or record) was trained with, from its config.json (config.LEGACY)."""
+    path = run_dir / "config.json"
+    return training_rules(json.loads(path.read_text()) if path.is_file() else {}, recorded=True)
 
 
 def _as_number(value):
@@ -173,3 +199,25 @@ def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str
     raise ValueError(f"the models of this study would train in more than one precision: {what}. Train the rest "
                      f"where the study's precision runs (a GPU; for bf16 on a CPU, one with avx512_bf16 or AMX), "
                      f"or pass --allow-mixed-precision (the report then names each model's precision)")
+
+
+def check_one_rule(runs: dict[str, Path], planned: dict[str, dict]) -> None:
+    """The models of one report train under one set of training rules (config.LEGACY: issue 34's
+    ``data.mixing`` and ``model.lsl_dropout``). The study recipes of before name neither rule, so a
+    study begun under the old defaults and continued today would otherwise average seeds of two
+    rules without a word. ``planned``: the models this sitting trains or resumes, with the rules
+    their recipe and overrides give (:func:`cll_scale.config.training_rules`)."""
+    used: dict[tuple, list[str]] = {}
+    for name, run_dir in runs.items():
+        if (run_dir / "config.json").is_file():
+            used.setdefault(tuple(recorded_rules(run_dir).items()), []).append(f"{name} (trained)")
+        if name in planned:
+            used.setdefault(tuple(planned[name].items()), []).append(f"{name} (this sitting)")
+    if len(used) < 2:
+        return
+    what = "; ".join(", ".join(f"{k}={v}" for k, v in rules) + ": " + ", ".join(names) for rules, names in used.items())
+    trained = next((rules for rules, names in used.items() if any(n.endswith("(trained)") for n in names)), ())
+    raise ValueError(f"the models of this study would train under different rules ({what}). The defaults "
+                     f"changed with issue 34 and the recipe does not name the rules: continue the study as it "
+                     f"was trained with " + " ".join(f"--set {k}={v}" for k, v in trained)
+                     + ", or train today's rules into another --runs-root and --out")

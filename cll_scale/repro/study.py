@@ -13,8 +13,8 @@ from cll_scale.checkpointer import chosen_export
 from cll_scale.precision import planned_precision
 from cll_scale.repro.evaluations import EvalSettings, Evaluations
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
-from cll_scale.repro.records import (check_one_precision, check_trained_settings, finished, is_record,
-                                     training_identity, use_records, write_record)
+from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
+                                     planned_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
 
@@ -62,7 +62,7 @@ class Reproduction:
 
     def check(self) -> None:
         """Before anything runs: the trained models have the settings asked, the ones to train
-        will share their precision, and with --eval-only every export is there."""
+        will share their precision and training rules, and with --eval-only every export is there."""
         s, plan = self.study, self.plan
         check_trained_settings(self.runs, plan.recipe_of, plan.overrides, s.overrides)
         if not s.eval_only:
@@ -71,6 +71,8 @@ class Reproduction:
             planned = {r: planned_precision(r, s.overrides) for r in {plan.recipe_of[name] for name in to_train}}
             check_one_precision(self.runs, {name: planned[plan.recipe_of[name]] for name in to_train},
                                 s.allow_mixed_precision)
+            check_one_rule(self.runs, {name: planned_rules(plan.recipe_of[name], plan.overrides[name] + s.overrides)
+                                       for name in to_train})
             return
         absent = [str(chosen_export(d)) for d in self.runs.values() if not (chosen_export(d) / "export.json").exists()]
         if absent:
