@@ -46,6 +46,7 @@ LSL_DROPOUTS = ("authors", "double")
 # itself; cll-repro keeps one rule per study, records.check_one_rule.)
 LEGACY = {"model": {"lsl_dropout": "double"}, "data": {"mixing": "direction"}}
 LEGACY_MODEL = LEGACY["model"]
+RULES = tuple(f"{section}.{key}" for section, legacy in LEGACY.items() for key in legacy)
 
 
 def setting(default, help: str, **meta):
@@ -427,25 +428,24 @@ class RunConfig:
         return {"preset": self.preset, **{name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}}
 
 
-def training_rules(config: dict, recorded: bool) -> dict[str, object]:
-    """The :data:`LEGACY` rules a config trains with, as ``{"data.mixing": ..., ...}``: of a
-    recipe (with its overrides applied; a rule it does not name is the preset's or today's
-    default), or, ``recorded``, of a run's config.json (one it does not name is the legacy rule)."""
+def named_rules(config: dict) -> dict[str, object]:
+    """The :data:`LEGACY` rules a recipe (overrides applied) or a run's config.json names itself,
+    as ``{"data.mixing": ..., ...}``."""
     config = upgrade(config)
-    preset = PRESETS.get(config.get("preset", "small"), {})
+    return {f"{section}.{key}": config[section][key] for section, legacy in LEGACY.items() for key in legacy
+            if key in (config.get(section) or {})}
+
+
+def training_rules(config: dict, recorded: bool) -> dict[str, object]:
+    """Every :data:`LEGACY` rule a config trains with: the ones it names, and for the others,
+    today's default (the preset's, else the field's) for a recipe, or the legacy rule for a run's
+    config.json (``recorded``), which was written before the rule existed."""
+    preset = PRESETS.get(upgrade(config).get("preset", "small"), {})
     classes = section_classes()
-    rules = {}
-    for section, legacy in LEGACY.items():
-        given = config.get(section) or {}
-        for key, old in legacy.items():
-            if key in given:
-                rules[f"{section}.{key}"] = given[key]
-            elif recorded:
-                rules[f"{section}.{key}"] = old
-            else:
-                rules[f"{section}.{key}"] = (preset if section == "model" else {}).get(
-                    key, _field_default(classes[section], key))
-    return rules
+    unnamed = {f"{section}.{key}": old if recorded else
+               (preset if section == "model" else {}).get(key, _field_default(classes[section], key))
+               for section, legacy in LEGACY.items() for key, old in legacy.items()}
+    return {**unnamed, **named_rules(config)}
 
 
 def _field_default(cls: type, name: str):

@@ -229,11 +229,12 @@ def test_a_study_keeps_the_training_rules_it_was_begun_with(tmp_path):
     """The study recipes of before issue 34 name neither data.mixing nor model.lsl_dropout, so their
     records mean the old rules and today's defaults are the authors'. Adding seeds today must not
     mix the two silently: refused with the --set that continues the study as trained, and that
-    --set keeps the records (it restates their own rules)."""
+    --set keeps the records (it restates their own rules). Recipes that name their rules (the
+    diagnostics) may differ from each other."""
     from cll_scale.config import training_rules
     from cll_scale.repro.plan import Budget
-    from cll_scale.repro.records import (check_one_rule, planned_rules, recorded_rules, training_identity,
-                                         use_records, write_record)
+    from cll_scale.repro.records import check_one_rule, recipe_rules, recorded_rules, training_identity, use_records, \
+        write_record
     assert training_rules({}, recorded=True) == {"model.lsl_dropout": "double", "data.mixing": "direction"}
     assert training_rules({}, recorded=False) == {"model.lsl_dropout": "authors", "data.mixing": "mixed"}
     recipe = tmp_path / "multi30k_triangle_fcll.yaml"
@@ -248,15 +249,19 @@ def test_a_study_keeps_the_training_rules_it_was_begun_with(tmp_path):
     records = tmp_path / "results" / "records"
     write_record(seed1, records / seed1.name, training_identity(recipe, ["train.seed=1"], budget))
     runs = {"fcll seed1": seed1, "fcll seed2": tmp_path / "runs" / "multi30k-triangle-fcll-seed2"}
-    with pytest.raises(ValueError, match=r"model.lsl_dropout=double, data.mixing=direction: fcll seed1 \(trained\); "
-                                         r"model.lsl_dropout=authors, data.mixing=mixed: fcll seed2 \(this sitting\).*"
-                                         r"--set model.lsl_dropout=double --set data.mixing=direction"):
-        check_one_rule(runs, {"fcll seed2": planned_rules(recipe, ["train.seed=2"])})
     old_rules = ["data.mixing=direction", "model.lsl_dropout=double"]
-    check_one_rule(runs, {"fcll seed2": planned_rules(recipe, ["train.seed=2", *old_rules])})
+
+    def rules(*extra):
+        return {name: recipe_rules(recipe, [f"train.seed={name[-1]}", *extra]) for name in runs}
+
+    with pytest.raises(ValueError, match=r"model.lsl_dropout double: fcll seed1 \(trained\); authors: fcll seed2 "
+                                         r"\(this sitting\) \| data.mixing direction: .*; mixed: .*"
+                                         r"--set model.lsl_dropout=double --set data.mixing=direction"):
+        check_one_rule(runs, rules(), ["fcll seed2"])
+    check_one_rule(runs, rules(*old_rules), ["fcll seed2"])
     # a run begun under the old rules and resumed under today's is refused as well
-    with pytest.raises(ValueError, match=r"fcll seed1 \(trained\); .*fcll seed1 \(this sitting\)"):
-        check_one_rule(runs, {"fcll seed1": planned_rules(recipe, ["train.seed=1"])})
+    with pytest.raises(ValueError, match=r"double: fcll seed1 \(trained\); authors: fcll seed1 \(this sitting\)"):
+        check_one_rule(runs, rules(), ["fcll seed1"])
     # the restating --set keeps seed 1's record; another rule does not
     gone = {"fcll seed1": tmp_path / "elsewhere" / seed1.name}
     kept = use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1", *old_rules], budget)},
@@ -264,9 +269,12 @@ def test_a_study_keeps_the_training_rules_it_was_begun_with(tmp_path):
     assert kept == {"fcll seed1": records / seed1.name}
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1", "data.mixing=mixed"], budget)},
                        records, budget) == gone
-    # a recipe that names today's rules, over models trained with them: one rule, nothing refused
+    # a recipe that names its rules may differ from the others (the diagnostics' one-direction models)
+    named = tmp_path / "multi30k_triangle_fcll_onedir.yaml"
+    named.write_text("preset: tiny\ndata:\n  mixing: direction\n")
+    diag = {"fcll": seed1, "fcll_onedir": tmp_path / "runs" / "onedir"}
     (seed1 / "config.json").write_text(json.dumps({"model": {"lsl_dropout": "authors"}, "data": {"mixing": "mixed"}}))
-    check_one_rule(runs, {"fcll seed2": planned_rules(recipe, ["train.seed=2"])})
+    check_one_rule(diag, {"fcll": recipe_rules(recipe, []), "fcll_onedir": recipe_rules(named, [])}, ["fcll_onedir"])
 
 
 def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from cll_scale.checkpointer import BEST_EXPORT, chosen_export
-from cll_scale.config import SECTIONS, TrainConfig, apply_overrides, load_recipe, training_rules, upgrade
+from cll_scale.config import (RULES, SECTIONS, TrainConfig, apply_overrides, load_recipe, named_rules, training_rules,
+                              upgrade)
 from cll_scale.metrics import read_rows
 from cll_scale.outputs import json_text, write_atomic
 from cll_scale.precision import hardware, trained_precision
@@ -141,14 +142,16 @@ def _as_trained(identity: dict, record: Path) -> dict:
 
     def restates(item: str) -> bool:
         key = item.partition("=")[0]
-        return key in trained and training_rules(apply_overrides({}, [item]), recorded=False)[key] == trained[key]
+        return key in trained and named_rules(apply_overrides({}, [item])).get(key) == trained[key]
 
     return {**identity, "overrides": [item for item in identity.get("overrides") or [] if not restates(item)]}
 
 
-def planned_rules(recipe: Path, overrides: list[str]) -> dict[str, object]:
-    """The training rules cll-train trains a recipe with today (its own, else today's defaults)."""
-    return training_rules(apply_overrides(load_recipe(recipe), list(overrides)), recorded=False)
+def recipe_rules(recipe: Path, overrides: list[str]) -> tuple[dict[str, object], dict[str, object]]:
+    """The training rules a recipe with these overrides names itself, and all it trains with today
+    (the unnamed ones at today's defaults)."""
+    config = apply_overrides(load_recipe(recipe), list(overrides))
+    return named_rules(config), training_rules(config, recorded=False)
 
 
 def recorded_rules(run_dir: Path) -> dict[str, object]:
@@ -201,23 +204,27 @@ def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str
                      f"or pass --allow-mixed-precision (the report then names each model's precision)")
 
 
-def check_one_rule(runs: dict[str, Path], planned: dict[str, dict]) -> None:
-    """The models of one report train under one set of training rules (config.LEGACY: issue 34's
-    ``data.mixing`` and ``model.lsl_dropout``). The study recipes of before name neither rule, so a
-    study begun under the old defaults and continued today would otherwise average seeds of two
-    rules without a word. ``planned``: the models this sitting trains or resumes, with the rules
-    their recipe and overrides give (:func:`cll_scale.config.training_rules`)."""
-    used: dict[tuple, list[str]] = {}
-    for name, run_dir in runs.items():
-        if (run_dir / "config.json").is_file():
-            used.setdefault(tuple(recorded_rules(run_dir).items()), []).append(f"{name} (trained)")
-        if name in planned:
-            used.setdefault(tuple(planned[name].items()), []).append(f"{name} (this sitting)")
-    if len(used) < 2:
-        return
-    what = "; ".join(", ".join(f"{k}={v}" for k, v in rules) + ": " + ", ".join(names) for rules, names in used.items())
-    trained = next((rules for rules, names in used.items() if any(n.endswith("(trained)") for n in names)), ())
-    raise ValueError(f"the models of this study would train under different rules ({what}). The defaults "
-                     f"changed with issue 34 and the recipe does not name the rules: continue the study as it "
-                     f"was trained with " + " ".join(f"--set {k}={v}" for k, v in trained)
-                     + ", or train today's rules into another --runs-root and --out")
+def check_one_rule(runs: dict[str, Path], rules: dict[str, tuple[dict, dict]], planned: list[str]) -> None:
+    """A training rule (config.LEGACY: issue 34's ``data.mixing`` and ``model.lsl_dropout``) differs
+    between the models of one report only where their recipes say so. The study recipes of before
+    name neither rule, so a study begun under the old defaults and continued today would
+    otherwise average seeds of two rules without a word. ``rules``: each model's
+    :func:`recipe_rules`; ``planned``: the models this sitting trains or resumes."""
+    problems, fix = [], {}
+    for key in RULES:
+        values: dict[object, list[str]] = {}
+        for name, run_dir in runs.items():
+            if key in rules[name][0]:
+                continue                                   # the recipe names it: meant to differ
+            if (run_dir / "config.json").is_file():
+                fix[key] = recorded_rules(run_dir)[key]
+                values.setdefault(fix[key], []).append(f"{name} (trained)")
+            if name in planned:
+                values.setdefault(rules[name][1][key], []).append(f"{name} (this sitting)")
+        if len(values) > 1:
+            problems.append(f"{key} " + "; ".join(f"{v}: {', '.join(names)}" for v, names in values.items()))
+    if problems:
+        raise ValueError(f"the models of this study would train under different rules that their recipes do not "
+                         f"name ({' | '.join(problems)}); the defaults changed with issue 34. Continue the study "
+                         f"as it was trained with " + " ".join(f"--set {k}={v}" for k, v in fix.items())
+                         + ", or train today's rules into another --runs-root and --out")

@@ -14,7 +14,7 @@ from cll_scale.precision import planned_precision
 from cll_scale.repro.evaluations import EvalSettings, Evaluations
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
 from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
-                                     planned_rules, training_identity, use_records, write_record)
+                                     recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
 
@@ -71,8 +71,8 @@ class Reproduction:
             planned = {r: planned_precision(r, s.overrides) for r in {plan.recipe_of[name] for name in to_train}}
             check_one_precision(self.runs, {name: planned[plan.recipe_of[name]] for name in to_train},
                                 s.allow_mixed_precision)
-            check_one_rule(self.runs, {name: planned_rules(plan.recipe_of[name], plan.overrides[name] + s.overrides)
-                                       for name in to_train})
+            check_one_rule(self.runs, {name: recipe_rules(plan.recipe_of[name], plan.overrides[name] + s.overrides)
+                                       for name in self.runs}, to_train)
             return
         absent = [str(chosen_export(d)) for d in self.runs.values() if not (chosen_export(d) / "export.json").exists()]
         if absent:
