@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from cll_scale.config import field_default
 from cll_scale.scoring import LIDS
 
 EXIT_INPUT, EXIT_FILES, EXIT_DEVICE, EXIT_DIVERGED = 2, 3, 4, 5
@@ -144,7 +145,7 @@ def add_config_arguments(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] 
             continue
         kw = {k: v for k, v in f.metadata.items() if k not in ("help", "flag")}
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        default = None if required else f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = None if required else field_default(f)
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
         if default is False:
             p.add_argument(flag, dest=f.name, action="store_true", help=f.metadata["help"])

@@ -440,7 +440,7 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
     """Every :data:`LEGACY` rule a config trains with: the ones it names, and for the others,
     today's default (the preset's, else the field's) for a recipe, or the legacy rule for a run's
     config.json (``recorded``), which was written before the rule existed."""
-    preset = PRESETS.get(upgrade(config).get("preset", "small"), {})
+    preset = PRESETS.get(config.get("preset", "small"), {})
     classes = section_classes()
     unnamed = {f"{section}.{key}": old if recorded else
                (preset if section == "model" else {}).get(key, _field_default(classes[section], key))
@@ -449,10 +449,11 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
 
 
 def _field_default(cls: type, name: str):
-    return _default(next(f for f in dataclasses.fields(cls) if f.name == name))
+    return field_default(next(f for f in dataclasses.fields(cls) if f.name == name))
 
 
-def _default(f: dataclasses.Field):
+def field_default(f: dataclasses.Field):
+    """A dataclass field's default, from its factory if it has one."""
     return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
@@ -483,7 +484,7 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
                 continue
             flags = dict.fromkeys([f"--{section}.{f.name}", f"--{section}.{f.name.replace('_', '-')}",
                                    *([f.metadata["flag"]] if "flag" in f.metadata else [])])
-            default = _default(f)
+            default = field_default(f)
             choices = f.metadata.get("choices")
             shown = f"one of {', '.join(choices)}; " if choices else ""
             group.add_argument(*flags, dest=f"{section}.{f.name}", default=None, metavar="VALUE", choices=choices,

@@ -141,10 +141,9 @@ class _ChunkColumns:
     def __init__(self, first: int, chunk: dict[str, list[str]], encoded: dict[str, list[list[int]]],
                  langs: list[str], with_text: bool, max_tokens: int):
         self.n = len(next(iter(chunk.values())))
-        self.with_text = with_text
         self.lines = pa.array(np.arange(first, first + self.n, dtype=np.int64))
         self.ids = {x: id_lists(encoded[x]) for x in langs}
-        self.texts = {x: pa.array(chunk[x], pa.string()) for x in langs} if with_text else {}
+        self.texts = {x: pa.array(chunk[x], pa.string()) for x in langs} if with_text else None
         self.empty = {x: np.array([not t for t in chunk[x]], dtype=bool) for x in langs}
         self.long = {x: np.diff(self.ids[x].offsets.to_numpy()) > max_tokens for x in langs}
 
@@ -156,7 +155,7 @@ class _ChunkColumns:
         counts["empty"] += int(is_empty.sum())
         counts["too_long"] += int(is_long.sum())
         cols = [self.lines, self.ids[d.src], self.ids[d.tgt]]
-        if self.with_text:
+        if self.texts is not None:
             cols += [self.texts[d.src], self.texts[d.tgt]]
         drop = is_empty | is_long
         if drop.any():

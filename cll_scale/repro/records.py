@@ -98,8 +98,9 @@ def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Pat
         if (run_dir / "metrics.jsonl").exists() or not is_record(record):
             continue
         kept = json.loads((record / RECORD).read_text())
-        wanted = _as_trained(identities[name], record)
-        same = _as_trained({k: kept.get(k) for k in wanted}, record) == wanted
+        trained = recorded_rules(record)
+        wanted = _as_trained(identities[name], trained)
+        same = _as_trained({k: kept.get(k) for k in wanted}, trained) == wanted
         if same and finished(record, budget):
             print(f"[cll-repro] {name}: trained before ({kept.get('hardware')}); using its record {record}",
                   file=sys.stderr)
@@ -133,13 +134,11 @@ def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> l
     return diff
 
 
-def _as_trained(identity: dict, record: Path) -> dict:
+def _as_trained(identity: dict, trained: dict[str, object]) -> dict:
     """``identity`` without the overrides that restate a training rule the record was trained
-    with (``--set data.mixing=direction`` on a record of before issue 34, whose recipe names no
-    rule): they ask nothing the record does not have, so a study continued under its own rules
-    keeps its records."""
-    trained = recorded_rules(record)
-
+    with (``trained``: its :func:`recorded_rules`; ``--set data.mixing=direction`` on a record of
+    before issue 34, whose recipe names no rule): they ask nothing the record does not have, so a
+    study continued under its own rules keeps its records."""
     def restates(item: str) -> bool:
         key = item.partition("=")[0]
         return key in trained and named_rules(apply_overrides({}, [item])).get(key) == trained[key]
@@ -210,14 +209,15 @@ def check_one_rule(runs: dict[str, Path], rules: dict[str, tuple[dict, dict]], p
     name neither rule, so a study begun under the old defaults and continued today would
     otherwise average seeds of two rules without a word. ``rules``: each model's
     :func:`recipe_rules`; ``planned``: the models this sitting trains or resumes."""
+    trained = {name: recorded_rules(d) for name, d in runs.items() if (d / "config.json").is_file()}
     problems, fix = [], {}
     for key in RULES:
         values: dict[object, list[str]] = {}
-        for name, run_dir in runs.items():
+        for name in runs:
             if key in rules[name][0]:
                 continue                                   # the recipe names it: meant to differ
-            if (run_dir / "config.json").is_file():
-                fix[key] = recorded_rules(run_dir)[key]
+            if name in trained:
+                fix[key] = trained[name][key]
                 values.setdefault(fix[key], []).append(f"{name} (trained)")
             if name in planned:
                 values.setdefault(rules[name][1][key], []).append(f"{name} (this sitting)")
