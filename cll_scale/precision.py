@@ -1,11 +1,13 @@
 """The precision a run trains in, and the machine facts that choose it: engine settings files
 (``ds_configs/``), what ``train.ds_config: auto`` stands for on this machine (bf16 on a GPU; on a
 CPU only where bf16 matmuls are faster than fp32, which a short probe measures and caches), and
-how a report names the hardware. No DeepSpeed here: ``cll-repro`` asks the same questions
+how a report names the hardware; and, on a CPU without bf16 matmul instructions, bf16 training's
+matmuls in fp32 (:func:`matmul_mode`). No DeepSpeed here: ``cll-repro`` asks the same questions
 without starting an engine.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from cll_scale.config import TrainConfig, apply_overrides, load_recipe
 from cll_scale.outputs import json_text, write_atomic
@@ -92,6 +96,47 @@ def default_ds_config(agree: Callable[[bool], bool] | None = None) -> tuple[Path
                                + ("" if faster == (speedup > 1.1) else "; not on every rank's"))
 
 
+# The matmuls of our model and of attention's weights path (F.linear, @), and their spellings.
+MATMULS = frozenset({F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__,
+                     torch.mm, torch.Tensor.mm, torch.bmm, torch.Tensor.bmm, torch.addmm, torch.baddbmm})
+
+
+class Bf16MatmulsInFp32(TorchFunctionMode):
+    """Within the block, a matmul with a bf16 operand runs in fp32 on the same (bf16-valued)
+    operands, and its result is rounded to bf16: what bf16 matmul units compute (avx512_bf16,
+    AMX, tensor cores: bf16 products are exact in fp32, sums are fp32, one rounding at the end),
+    so a run trains in bf16 all the same; only the order of the fp32 sums differs, as it does
+    between any two machines. Autograd records the casts, so the backward matmuls run in fp32
+    too. Why: without those instructions torch's bf16 matmul is a scalar loop, measured at 0.01x
+    fp32 on a 2-core AMD EPYC without AVX-512 (a bf16 `small` step 56 target tokens/s against
+    1,130 in this mode and 1,300 in fp32). Other ops stay bf16 (they are cheap either way)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in MATMULS and any(_is_bf16(a) for a in (*args, *kwargs.values())):
+            if "out" in kwargs:
+                raise TypeError(f"{func.__name__}(out=...) has no bf16-in-fp32 form")
+            up = [a.float() if _is_bf16(a) else a for a in args]
+            return func(*up, **{k: v.float() if _is_bf16(v) else v for k, v in kwargs.items()}).to(torch.bfloat16)
+        return func(*args, **kwargs)
+
+
+def _is_bf16(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+
+
+def emulates_bf16(ds_config: dict, device: torch.device) -> bool:
+    """Whether a run of these engine settings on ``device`` runs its bf16 matmuls in fp32: bf16 on
+    a CPU whose own bf16 matmuls are slower than fp32 (the cached probe, :func:`cpu_bf16_speedup`)."""
+    return device.type == "cpu" and precision(ds_config) == "bf16" and cpu_bf16_speedup() < 1.0
+
+
+def matmul_mode(ds_config: dict, device: torch.device) -> contextlib.AbstractContextManager:
+    """The block a run's forward and backward passes run in: :class:`Bf16MatmulsInFp32` where
+    :func:`emulates_bf16`, nothing otherwise (GPUs, CPUs with avx512_bf16 or AMX, fp32)."""
+    return Bf16MatmulsInFp32() if emulates_bf16(ds_config, device) else contextlib.nullcontext()
+
+
 def resolve_ds_config(path: str | Path, agree: Callable[[bool], bool] | None = None) -> tuple[Path, str]:
     """The engine settings file a ``train.ds_config`` value names (a path, or a name in
     ``ds_configs/``), and why; ``auto``: :func:`default_ds_config`'s choice for this machine."""
@@ -101,6 +146,20 @@ def resolve_ds_config(path: str | Path, agree: Callable[[bool], bool] | None = N
     if not path.is_file() and (DS_CONFIGS / path).is_file():
         path = DS_CONFIGS / path
     return path, "named by the recipe"
+
+
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def ds_config_of(precision: str) -> str:
+    """The engine settings file that trains in ``precision`` on this machine (``auto``: the
+    machine's choice, :func:`default_ds_config`). bf16 on a CPU without avx512_bf16 or AMX runs
+    its matmuls in fp32 on bf16 values (:class:`Bf16MatmulsInFp32`), at about 0.85x fp32's speed."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision == "auto":
+        return "auto"
+    return "gpu_bf16.json" if precision == "bf16" and torch.cuda.is_available() else f"cpu_{precision}.json"
 
 
 def precision(cfg: dict) -> str:

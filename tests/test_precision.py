@@ -1,10 +1,14 @@
 """The machine facts that choose a run's precision, and MFU's peak (cll_scale/precision.py)."""
+import contextlib
 import json
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from cll_scale import faults
-from cll_scale.precision import DS_CONFIGS, PEAK_BF16_TFLOPS, peak_bf16_tflops, precision, resolve_ds_config
+from cll_scale.precision import (DS_CONFIGS, PEAK_BF16_TFLOPS, Bf16MatmulsInFp32, cpu_bf16_speedup, emulates_bf16,
+                                 peak_bf16_tflops, precision, resolve_ds_config)
 
 
 def test_peak_table_reads_device_names_by_word():
@@ -23,6 +27,41 @@ def test_named_ds_configs_resolve_and_say_their_precision():
     assert precision(json.loads((DS_CONFIGS / "cpu_fp32.json").read_text())) == "fp32"
     path, why = resolve_ds_config("auto", agree=lambda faster: False)     # another rank lacks fast bf16
     assert path.name in ("gpu_bf16.json", "cpu_fp32.json") and why
+
+
+def test_bf16_matmuls_in_fp32_compute_what_bf16_matmuls_compute():
+    """Forward and backward of F.linear and @ on bf16 tensors, in torch's own bf16 kernels and in
+    the fp32 mode: bf16 results either way, equal but for the order of the fp32 sums (at most a
+    few elements one bf16 step apart). fp32 tensors pass through untouched."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 96, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(48, 96, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(48, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(64, 48, dtype=torch.bfloat16)
+
+    def forward_backward(mode):
+        for t in (x, w, b):
+            t.grad = None
+        with mode:
+            y = F.linear(x, w, b)
+            z = y @ w
+        torch.autograd.backward([y, z], [g, torch.ones_like(z)])
+        return [t.detach() for t in (y, z, x.grad, w.grad, b.grad)]
+
+    for own, emulated in zip(forward_backward(contextlib.nullcontext()), forward_backward(Bf16MatmulsInFp32())):
+        assert own.dtype == emulated.dtype == torch.bfloat16
+        assert (own != emulated).float().mean() < 0.01
+        torch.testing.assert_close(emulated.float(), own.float(), rtol=2 ** -7, atol=1e-3)
+    exact = F.linear(x.detach().float(), w.detach().float())       # not rounded to bf16: differs
+    with Bf16MatmulsInFp32():
+        assert not torch.equal(F.linear(x, w).float(), exact)
+        assert torch.equal(F.linear(x.detach().float(), w.detach().float()), exact)
+
+
+def test_only_bf16_runs_on_a_slow_bf16_cpu_emulate_it():
+    bf16, fp32 = ({"bf16": {"enabled": True}}, {})
+    assert not emulates_bf16(fp32, torch.device("cpu")) and not emulates_bf16(bf16, torch.device("cuda"))
+    assert emulates_bf16(bf16, torch.device("cpu")) == (cpu_bf16_speedup() < 1.0)
 
 
 @pytest.mark.parametrize("spec, rank, hits", [

@@ -22,8 +22,7 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
             "--minutes-per-model", "0.05", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
             "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
             "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
-            "--set", "valid.every=5", "--set", "valid.decode_sentences=3",
-            "--set", "train.ds_config=cpu_fp32.json"]
+            "--set", "valid.every=5", "--set", "valid.decode_sentences=3", "--precision", "fp32"]
     first = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
     report = (tmp_path / "results" / "triangle-seeds.md").read_text()
@@ -303,8 +302,22 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     runs = {"fcll seed1": seed1, "fcll seed2": seed2}
     assert trained_precision(seed1) == "bf16" and trained_precision(seed2) is None
     fp32 = {"fcll seed2": planned_precision(recipe, [])}
-    with pytest.raises(ValueError, match=r"bf16: fcll seed1 \(trained\); fp32: fcll seed2 \(this sitting"):
+    with pytest.raises(ValueError, match=r"bf16: fcll seed1 \(trained\); fp32: fcll seed2 \(this sitting.*"
+                                         r"pass --precision bf16 to train the rest in the study's precision"):
         check_one_precision(runs, fp32, allow=False)
+    # what --precision asks reaches the trainings, not the models' identity or their compared settings
+    from cll_scale.precision import ds_config_of
+    from cll_scale.repro.records import recorded_differences
+    from cll_scale.repro.study import Study
+    asked = Study("triangle", ["fcll"], tmp_path, tmp_path, tmp_path, tmp_path, tmp_path, None, precision="bf16")
+    assert planned_precision(auto, asked.engine_overrides)[0] == "bf16"
+    assert asked.engine_overrides == [f"train.ds_config={ds_config_of('bf16')}"] and \
+        ds_config_of("fp32") == "cpu_fp32.json" and ds_config_of("auto") == "auto"
+    with pytest.raises(ValueError, match="precision must be one of auto, bf16, fp32, not 'fp16'"):
+        ds_config_of("fp16")
+    (seed1 / "config.json").write_text(json.dumps({"train": {"ds_config": "cpu_bf16.json", "seed": 1}}))
+    assert recorded_differences(seed1, auto, ["train.ds_config=auto"]) == []
+    assert recorded_differences(seed1, auto, ["train.seed=2"]) == ["train.seed=2 (trained with 1)"]
     check_one_precision(runs, fp32, allow=True)
     assert "warning: this study mixes precisions (bf16: fcll seed1 (trained); fp32: fcll seed2" in \
         capsys.readouterr().err
@@ -504,7 +517,7 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
             "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
             "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr", "--max-sentences", "3",
             "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
-            "--set", "valid.every=1000", "--set", "train.ds_config=cpu_fp32.json"]
+            "--set", "valid.every=1000", "--precision", "bf16"]
     done = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "results" / "triangle-cll-layers.md").read_text()
@@ -515,6 +528,9 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
     for name, layers in (("cll1-2", [0, 1]), ("cll2", [1]), ("cll1", [0])):
         config = json.loads((tmp_path / "runs" / f"multi30k-triangle-fcll-{name}" / "config.json").read_text())
         assert config["model"]["cll_layers"] == layers and config["model"]["variant"] == "custom"
+        # --precision bf16 trains in bf16 on any machine (a CPU without bf16 units: matmuls in fp32)
+        engine = json.loads((tmp_path / "runs" / f"multi30k-triangle-fcll-{name}" / "ds_config.json").read_text())
+        assert engine["bf16"]["enabled"] and config["train"]["ds_config"].endswith("_bf16.json")
     assert "| fcll cll2 |" in report and "test_2016_flickr_cll_layers.png" in report
     assert (tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr_cll_layers.png").stat().st_size > 1000
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
                            positive_int, run)
 from cll_scale.decoding import DecodeConfig
+from cll_scale.precision import PRECISIONS
 from cll_scale.repro import __doc__ as DOC
 from cll_scale.repro.evaluations import EvalSettings
 from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
@@ -55,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", type=positive_int, default=1,
                    help="models trained at once (a GPU holds several small ones), in the training order")
     p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="what the models still to train train in (auto: each recipe's train.ds_config, whose "
+                        "auto is bf16 on a GPU and on a CPU with avx512_bf16 or AMX, else fp32); bf16 continues "
+                        "a bf16 study on any CPU (without those instructions its matmuls run in fp32 on bf16 "
+                        "values, at about 0.85x fp32's speed)")
     p.add_argument("--allow-mixed-precision", action="store_true",
                    help="train the models still missing even where this machine trains them in another "
                         "precision than the study's trained ones (refused by default)")
@@ -83,7 +89,7 @@ def study_of(args, argv: list[str] | None) -> Study:
     return Study(args.condition, csv_list(args.variants), evaluation=evaluation,
                  budget=Budget.of(args.steps_per_model, args.minutes_per_model), settings=args.settings,
                  seeds=args.seeds, overrides=list(args.set), cll_layers=args.cll_layers, parallel=args.parallel,
-                 eval_only=args.eval_only, allow_mixed_precision=args.allow_mixed_precision,
+                 eval_only=args.eval_only, allow_mixed_precision=args.allow_mixed_precision, precision=args.precision,
                  lid_workers=args.lid_workers, command=command, **path)
 
 

@@ -22,8 +22,10 @@ from cll_scale.repro.plan import Budget
 RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "export/export.json",
                 f"{BEST_EXPORT}/export.json")
 RECORD = "record.json"
-# Train settings that cll-repro itself sets per run or through its budget flags.
-PER_RUN = {"data", "run_dir", "max_steps", "max_minutes", "max_epochs"}
+# Train settings that cll-repro itself sets per run or through its budget and --precision flags
+# (the engine settings file says where a model trains; its precision is compared on its own,
+# check_one_precision).
+PER_RUN = {"data", "run_dir", "max_steps", "max_minutes", "max_epochs", "ds_config"}
 
 
 def last_train_row(rows: list[dict]) -> dict:
@@ -198,9 +200,13 @@ def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str
               f"precision",
               file=sys.stderr)
         return
-    raise ValueError(f"the models of this study would train in more than one precision: {what}. Train the rest "
-                     f"where the study's precision runs (a GPU; for bf16 on a CPU, one with avx512_bf16 or AMX), "
-                     f"or pass --allow-mixed-precision (the report then names each model's precision)")
+    trained = sorted({p for (p, how), _ in used.items() if how.startswith("trained")})
+    fix = f"pass --precision {trained[0]} to train the rest in the study's precision" if len(trained) == 1 else \
+        "train the rest in one precision (--precision)"
+    raise ValueError(f"the models of this study would train in more than one precision: {what}. To keep one, {fix} "
+                     f"(bf16 on a CPU without avx512_bf16 or AMX runs its matmuls in fp32 on bf16 values, at about "
+                     f"0.85x fp32's speed), or pass --allow-mixed-precision (the report then names each model's "
+                     f"precision)")
 
 
 def check_one_rule(runs: dict[str, Path], rules: dict[str, tuple[dict, dict]], planned: list[str]) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from cll_scale.evaluate import lid_pool, summarize
 from cll_scale.outputs import json_text, write_atomic
 from cll_scale.checkpointer import chosen_export
-from cll_scale.precision import planned_precision
+from cll_scale.precision import ds_config_of, planned_precision
 from cll_scale.repro.evaluations import EvalSettings, Evaluations
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
 from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
@@ -38,8 +38,15 @@ class Study:
     parallel: int = 1
     eval_only: bool = False
     allow_mixed_precision: bool = False
+    precision: str = "auto"                                # --precision: what the models still to train train in
     lid_workers: int | None = None
     command: str = "cll-repro"                             # as the user typed it, for the report
+
+    @property
+    def engine_overrides(self) -> list[str]:
+        """The engine settings ``--precision`` asks for, given to the trainings it starts only: they
+        say where a model trains, not what it is (its precision is checked on its own)."""
+        return [] if self.precision == "auto" else [f"train.ds_config={ds_config_of(self.precision)}"]
 
     @property
     def report_name(self) -> str:
@@ -68,7 +75,7 @@ class Reproduction:
         if not s.eval_only:
             # Once per recipe, not per model: a seed's own overrides set train.seed and data.seed only.
             to_train = [name for name, d in self.runs.items() if not finished(d, s.budget)]
-            planned = {r: planned_precision(r, s.overrides) for r in {plan.recipe_of[name] for name in to_train}}
+            planned = {r: planned_precision(r, s.overrides + s.engine_overrides) for r in {plan.recipe_of[name] for name in to_train}}
             check_one_precision(self.runs, {name: planned[plan.recipe_of[name]] for name in to_train},
                                 s.allow_mixed_precision)
             check_one_rule(self.runs, {name: recipe_rules(plan.recipe_of[name], plan.overrides[name] + s.overrides)
@@ -112,7 +119,7 @@ class Reproduction:
         s, commands, ready = self.study, [], []
         for name, run_dir in self.runs.items():
             cmd = train_command(self.plan.recipe_of[name], run_dir, self.shards, s.budget,
-                                self.plan.overrides[name] + s.overrides)
+                                self.plan.overrides[name] + s.overrides + s.engine_overrides)
             if cmd:
                 commands.append((name, run_dir, cmd))
             else:
