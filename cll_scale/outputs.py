@@ -108,12 +108,13 @@ def _same_file(a: Path, b: Path) -> bool:
 def check_apart(out: str | os.PathLike, inputs: dict[str, str | os.PathLike | None], out_flag: str = "--out") -> Path:
     """Refuse an output that is an input, or contains or sits inside one, before anything is read:
     ``cll-translate --input x --output x`` would otherwise leave ``x`` holding only the translation.
-    ``inputs`` maps each input's flag to its path (``None`` or a path that does not exist, e.g. a
-    hub dataset name, has nothing local to protect). Symlinks and hard links count as the same
-    file. Returns ``out`` resolved."""
+    ``inputs`` maps each input's flag to its path (``None``, ``""`` (a setting left unset, which
+    ``Path`` would read as the working directory) or a path that does not exist, e.g. a hub
+    dataset name, has nothing local to protect). Symlinks and hard links count as the same file.
+    Returns ``out`` resolved."""
     resolved = Path(out).resolve()
     for flag, inp in inputs.items():
-        if inp is None or not Path(inp).exists():
+        if inp is None or inp == "" or not Path(inp).exists():
             continue
         source = Path(inp).resolve()
         if resolved == source or _same_file(resolved, source):

@@ -3,7 +3,10 @@ never deletes, replaces or resumes into what another command wrote, an output is
 command's inputs (by any name), and a refused command leaves nothing behind."""
 import json
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +15,7 @@ from cll_scale.outputs import (DirLock, OutputError, atomic_dir, check_apart, ch
                                share_modes)
 from tests.conftest import run_cli
 from tests.test_misuse import cli, one_line_error
-from tests.test_train import common
+from tests.test_train import ENV, common
 
 
 def fake_run(path, command, **settings):
@@ -104,6 +107,13 @@ def test_outputs_inside_or_around_inputs_are_refused(tmp_path, m30k_centered, ti
     with pytest.raises(OutputError, match="contains the input --model m"):
         check_apart(tmp_path, {"--model m": corpus / "a.txt"})
     check_apart(tmp_path / "elsewhere", {"--corpus": corpus, "--data": None, "--hub": "org/name"})
+    # an unset setting is no input, not the working directory: cll-train with no train.init_from
+    # once refused every run directory inside the one it ran in (make quickstart's runs/)
+    check_apart(Path.cwd() / "runs" / "x", {"train.init_from": ""})
+    res = subprocess.run([sys.executable, "-m", "cll_scale.train", *common(m30k_centered, "runs/inside", 2)],
+                         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (tmp_path / "runs" / "inside" / "export" / "export.json").is_file()
     res = cli("cll_scale.evaluate", "--model", f"m={tiny_export}", "--data", m30k_centered,
               "--out", m30k_centered / "eval", "--max-sentences", "1")
     one_line_error(res, "cll-eval", EXIT_INPUT, "sits inside the input --data")
