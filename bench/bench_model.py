@@ -220,8 +220,8 @@ def part_mfu(args, device):
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
             # the matmuls a bf16 training run gets here: fp32 on bf16 values on a CPU without bf16 units
-            engine = {"bf16": {"enabled": dtype == torch.bfloat16}}
-            with matmul_mode(engine, device):
+            name = str(dtype).split(".")[-1].replace("bfloat16", "bf16")
+            with matmul_mode(name, device):
                 probe, probe_flops = matmul_probe(device, dtype)
                 meds = interleave({"step": lambda i: our_step(model, opt, batch), "peak": probe}, args.steps, device)
             med = meds["step"]
@@ -229,7 +229,7 @@ def part_mfu(args, device):
             peak = gpu_peak(args) * 1e12 if device.type == "cuda" else probe_flops / meds["peak"]
             per_dtype[dtype] = med
             rows.append({"preset": preset, "dtype": str(dtype).split(".")[-1],
-                         "matmuls_in_fp32": emulates_bf16(engine, device), "tok_s": b * t / med,
+                         "matmuls_in_fp32": emulates_bf16(name, device), "tok_s": b * t / med,
                          "achieved_gflops": flops / med / 1e9, "peak_gflops": peak / 1e9,
                          "mfu": flops / med / peak})
         if len(per_dtype) == 2:

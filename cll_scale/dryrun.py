@@ -30,7 +30,7 @@ def dry_run(recipe: dict, steps: int) -> dict:
                   "checkpoint": {**recipe.get("checkpoint", {}), "export": False}}
         run = build_run(recipe)
         try:
-            with matmul_mode(run.ds_config, run.device):
+            with matmul_mode(precision_of(run.ds_config), run.device):
                 return _dry_run_figures(Trainer(run), steps)
         finally:
             run.close()

@@ -125,16 +125,18 @@ def _is_bf16(x) -> bool:
     return isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
 
 
-def emulates_bf16(ds_config: dict, device: torch.device) -> bool:
-    """Whether a run of these engine settings on ``device`` runs its bf16 matmuls in fp32: bf16 on
-    a CPU whose own bf16 matmuls are slower than fp32 (the cached probe, :func:`cpu_bf16_speedup`)."""
-    return device.type == "cpu" and precision(ds_config) == "bf16" and cpu_bf16_speedup() < 1.0
+def emulates_bf16(dtype: str, device: torch.device) -> bool:
+    """Whether a model in ``dtype`` (bf16, fp16, fp32: :func:`precision`) on ``device`` runs its
+    matmuls in fp32: bf16 on a CPU whose own bf16 matmuls are slower than fp32 (the cached probe,
+    :func:`cpu_bf16_speedup`)."""
+    return device.type == "cpu" and dtype == "bf16" and cpu_bf16_speedup() < 1.0
 
 
-def matmul_mode(ds_config: dict, device: torch.device) -> contextlib.AbstractContextManager:
-    """The block a run's forward and backward passes run in: :class:`Bf16MatmulsInFp32` where
-    :func:`emulates_bf16`, nothing otherwise (GPUs, CPUs with avx512_bf16 or AMX, fp32)."""
-    return Bf16MatmulsInFp32() if emulates_bf16(ds_config, device) else contextlib.nullcontext()
+def matmul_mode(dtype: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The block a model's passes run in (training, the dry run, translation):
+    :class:`Bf16MatmulsInFp32` where :func:`emulates_bf16`, nothing otherwise (GPUs, CPUs with
+    avx512_bf16 or AMX, fp32)."""
+    return Bf16MatmulsInFp32() if emulates_bf16(dtype, device) else contextlib.nullcontext()
 
 
 def resolve_ds_config(path: str | Path, agree: Callable[[bool], bool] | None = None) -> tuple[Path, str]:

@@ -24,7 +24,7 @@ from cll_scale.metrics import MetricsLogger, device_peak_tflops
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.optim import GuardedAdamW
 from cll_scale.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
-from cll_scale.precision import cpu_bf16_speedup, emulates_bf16
+from cll_scale.precision import cpu_bf16_speedup, emulates_bf16, precision
 from cll_scale.stream import ShardStream
 from cll_scale.validator import Validator
 
@@ -277,7 +277,7 @@ def _finish(run: Run, say) -> None:
     run.peak_flops = peak * 1e12 * run.world if peak else None
     if peak:
         say(f"MFU against {peak:g} TFLOP/s dense bf16 per rank ({why})")
-    if emulates_bf16(run.ds_config, run.device):
+    if emulates_bf16(precision(run.ds_config), run.device):
         say(f"bf16 matmuls run in fp32 on bf16 operands, rounded to bf16, as bf16 units compute them "
             f"(this CPU's own bf16 matmuls run {cpu_bf16_speedup():.2f}x as fast as fp32)")
     if run.rank == 0:

@@ -22,6 +22,7 @@ from cll_scale.export import export_lang_tag, load_export
 from cll_scale.manifest import Manifest
 from cll_scale.model import CLLTransformer
 from cll_scale.outputs import OutputError, check_apart, check_stdin_apart, write_atomic
+from cll_scale.precision import matmul_mode
 
 log = logging.getLogger("cll_scale.translate")
 
@@ -126,6 +127,8 @@ class Translator:
         inputs are encoded as it was trained."""
         first = next(model.parameters())
         self.model, self.manifest, self.device = model, manifest, first.device
+        # bf16 on a CPU without bf16 units decodes with its matmuls in fp32 (precision.matmul_mode)
+        self.dtype = "bf16" if first.dtype == torch.bfloat16 else "fp32"
         self.lang_tag = lang_tag
         self.cfg = (cfg or TranslateConfig(DecodeConfig())).resolved(self.device)
         self.sp = spm.SentencePieceProcessor(model_file=str(spm_path))
@@ -199,8 +202,9 @@ class Translator:
         encoded = {i: self._encode(texts[i], tgts[i], tag) for i in todo}
         todo.sort(key=lambda i: len(encoded[i]))
         for batch in self._batches(todo, encoded):
-            hyps = self._translate_batch([encoded[i] for i in batch], [lang_ids[i] for i in batch],
-                                         use_lsl, use_cache)
+            with matmul_mode(self.dtype, self.device):
+                hyps = self._translate_batch([encoded[i] for i in batch], [lang_ids[i] for i in batch],
+                                             use_lsl, use_cache)
             for i, h in zip(batch, hyps):
                 outs = [self.sp.decode(x.tokens) for x in h[:n_best]] or [""]
                 results[i] = outs if n_best > 1 else outs[0]

@@ -59,9 +59,10 @@ def test_bf16_matmuls_in_fp32_compute_what_bf16_matmuls_compute():
 
 
 def test_only_bf16_runs_on_a_slow_bf16_cpu_emulate_it():
-    bf16, fp32 = ({"bf16": {"enabled": True}}, {})
-    assert not emulates_bf16(fp32, torch.device("cpu")) and not emulates_bf16(bf16, torch.device("cuda"))
-    assert emulates_bf16(bf16, torch.device("cpu")) == (cpu_bf16_speedup() < 1.0)
+    assert not emulates_bf16("fp32", torch.device("cpu")) and not emulates_bf16("bf16", torch.device("cuda"))
+    assert emulates_bf16("bf16", torch.device("cpu")) == (cpu_bf16_speedup() < 1.0)
+    assert emulates_bf16(precision(json.loads((DS_CONFIGS / "cpu_bf16.json").read_text())), torch.device("cpu")) == \
+        emulates_bf16("bf16", torch.device("cpu"))
 
 
 @pytest.mark.parametrize("spec, rank, hits", [
