@@ -109,7 +109,8 @@ class Bf16MatmulsInFp32(TorchFunctionMode):
     between any two machines. Autograd records the casts, so the backward matmuls run in fp32
     too. Why: without those instructions torch's bf16 matmul is a scalar loop, measured at 0.01x
     fp32 on a 2-core AMD EPYC without AVX-512 (a bf16 `small` step 56 target tokens/s against
-    1,130 in this mode and 1,300 in fp32). Other ops stay bf16 (they are cheap either way)."""
+    1,130 in this mode and 1,300 in fp32). Other ops stay bf16, attention's fused kernel among them
+    (it sums in fp32 itself; they are cheap either way)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -156,7 +157,7 @@ PRECISIONS = ("auto", "bf16", "fp32")
 def ds_config_of(precision: str) -> str:
     """The engine settings file that trains in ``precision`` on this machine (``auto``: the
     machine's choice, :func:`default_ds_config`). bf16 on a CPU without avx512_bf16 or AMX runs
-    its matmuls in fp32 on bf16 values (:class:`Bf16MatmulsInFp32`), at about 0.85x fp32's speed."""
+    its matmuls in fp32 on bf16 values (:class:`Bf16MatmulsInFp32`), at about 0.9x fp32's speed."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if precision == "auto":

@@ -127,8 +127,9 @@ class Translator:
         inputs are encoded as it was trained."""
         first = next(model.parameters())
         self.model, self.manifest, self.device = model, manifest, first.device
-        # bf16 on a CPU without bf16 units decodes with its matmuls in fp32 (precision.matmul_mode)
-        self.dtype = "bf16" if first.dtype == torch.bfloat16 else "fp32"
+        # the parameters' precision; bf16 on a CPU without bf16 units decodes with its matmuls in
+        # fp32 (precision.matmul_mode)
+        self.param_dtype = "bf16" if first.dtype == torch.bfloat16 else "fp32"
         self.lang_tag = lang_tag
         self.cfg = (cfg or TranslateConfig(DecodeConfig())).resolved(self.device)
         self.sp = spm.SentencePieceProcessor(model_file=str(spm_path))
@@ -202,7 +203,7 @@ class Translator:
         encoded = {i: self._encode(texts[i], tgts[i], tag) for i in todo}
         todo.sort(key=lambda i: len(encoded[i]))
         for batch in self._batches(todo, encoded):
-            with matmul_mode(self.dtype, self.device):
+            with matmul_mode(self.param_dtype, self.device):
                 hyps = self._translate_batch([encoded[i] for i in batch], [lang_ids[i] for i in batch],
                                              use_lsl, use_cache)
             for i, h in zip(batch, hyps):

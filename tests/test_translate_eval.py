@@ -65,7 +65,7 @@ def test_translator_contract(tiny_export):
     assert (tr.cfg.max_tokens, tr.cfg.max_sentences, tr.cfg.dtype) == (6000, 64, "fp32")
     assert auto.resolved(torch.device("cuda")).dtype == "bf16" and auto.resolved(torch.device("cuda")).max_sentences > 64
     half = Translator.load(tiny_export, cfg=TranslateConfig(DecodeConfig(), dtype="bf16"))
-    assert next(half.model.parameters()).dtype == torch.bfloat16 and (half.dtype, tr.dtype) == ("bf16", "fp32")
+    assert next(half.model.parameters()).dtype == torch.bfloat16 and (half.param_dtype, tr.param_dtype) == ("bf16", "fp32")
     assert len(half.translate(["Ein Hund läuft."], "en")) == 1
     trainee = half.model.train()
     assert Translator(trainee, half.manifest, tiny_export / "spm.model").model is trainee   # used as it is

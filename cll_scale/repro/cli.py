@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the models still to train train in (auto: each recipe's train.ds_config, whose "
                         "auto is bf16 on a GPU and on a CPU with avx512_bf16 or AMX, else fp32); bf16 continues "
                         "a bf16 study on any CPU (without those instructions its matmuls run in fp32 on bf16 "
-                        "values, at about 0.85x fp32's speed)")
+                        "values, at about 0.9x fp32's speed)")
     p.add_argument("--allow-mixed-precision", action="store_true",
                    help="train the models still missing even where this machine trains them in another "
                         "precision than the study's trained ones (refused by default)")

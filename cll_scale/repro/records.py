@@ -205,7 +205,7 @@ def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str
         "train the rest in one precision (--precision)"
     raise ValueError(f"the models of this study would train in more than one precision: {what}. To keep one, {fix} "
                      f"(bf16 on a CPU without avx512_bf16 or AMX runs its matmuls in fp32 on bf16 values, at about "
-                     f"0.85x fp32's speed), or pass --allow-mixed-precision (the report then names each model's "
+                     f"0.9x fp32's speed), or pass --allow-mixed-precision (the report then names each model's "
                      f"precision)")
 
 

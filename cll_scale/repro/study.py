@@ -75,7 +75,8 @@ class Reproduction:
         if not s.eval_only:
             # Once per recipe, not per model: a seed's own overrides set train.seed and data.seed only.
             to_train = [name for name, d in self.runs.items() if not finished(d, s.budget)]
-            planned = {r: planned_precision(r, s.overrides + s.engine_overrides) for r in {plan.recipe_of[name] for name in to_train}}
+            planned = {r: planned_precision(r, s.overrides + s.engine_overrides)
+                       for r in {plan.recipe_of[name] for name in to_train}}
             check_one_precision(self.runs, {name: planned[plan.recipe_of[name]] for name in to_train},
                                 s.allow_mixed_precision)
             check_one_rule(self.runs, {name: recipe_rules(plan.recipe_of[name], plan.overrides[name] + s.overrides)
