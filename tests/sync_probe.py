@@ -19,7 +19,7 @@ from cll_scale.trainer import Trainer
 from tests.ds_probe import split_report
 
 COUNTS: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
-STATE = {"step": None}
+STATE = {"step": None, "inside": 0}
 
 
 def _site() -> str:
@@ -35,9 +35,15 @@ def _counting(owner, name):
     real = getattr(owner, name)
 
     def wrapper(*args, **kwargs):
-        if STATE["step"] is not None:
+        # One read counts once: a torch function mode (bf16 matmuls in fp32 on a CPU without bf16
+        # units, cll_scale.precision) hands the same call back through this wrapper.
+        if STATE["step"] is not None and not STATE["inside"]:
             COUNTS[STATE["step"]][f"{name} @ {_site()}"] += 1
-        return real(*args, **kwargs)
+        STATE["inside"] += 1
+        try:
+            return real(*args, **kwargs)
+        finally:
+            STATE["inside"] -= 1
     setattr(owner, name, wrapper)
 
 
