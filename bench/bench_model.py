@@ -220,7 +220,7 @@ def part_mfu(args, device):
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
             batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
             # the matmuls a bf16 training run gets here: fp32 on bf16 values on a CPU without bf16 units
-            name = str(dtype).split(".")[-1].replace("bfloat16", "bf16")
+            name = "bf16" if dtype == torch.bfloat16 else "fp32"
             with matmul_mode(name, device):
                 probe, probe_flops = matmul_probe(device, dtype)
                 meds = interleave({"step": lambda i: our_step(model, opt, batch), "peak": probe}, args.steps, device)

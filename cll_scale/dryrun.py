@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 
 from cll_scale import engine as ds
-from cll_scale.precision import matmul_mode, precision as precision_of
+from cll_scale.precision import precision as precision_of
 from cll_scale.stream import ShardStream
 from cll_scale.run import build_run
 from cll_scale.trainer import Trainer
@@ -30,7 +30,7 @@ def dry_run(recipe: dict, steps: int) -> dict:
                   "checkpoint": {**recipe.get("checkpoint", {}), "export": False}}
         run = build_run(recipe)
         try:
-            with matmul_mode(precision_of(run.ds_config), run.device):
+            with run.matmuls():
                 return _dry_run_figures(Trainer(run), steps)
         finally:
             run.close()

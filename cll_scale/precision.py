@@ -8,6 +8,7 @@ without starting an engine.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -51,10 +52,15 @@ def cpu_bf16_speedup(threads: int | None = None) -> float:
     """bf16 ÷ fp32 matmul throughput on this CPU (> 1: bf16 is faster), cached per CPU model,
     instruction set, torch version and thread count. Without avx512_bf16 or AMX, bf16 is emulated
     and was measured here at a quarter of fp32's speed (with avx512f) and at 0.02x (an AMD EPYC
-    without AVX-512); with avx512_bf16, at about twice."""
+    without AVX-512); with avx512_bf16, at about twice. Read once per process: the matmul mode
+    asks it for every translated batch."""
+    return _bf16_speedup(threads or torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=None)
+def _bf16_speedup(threads: int) -> float:
     import hashlib
     import time
-    threads = threads or torch.get_num_threads()
     model, flags = cpu_model_and_flags()
     key = hashlib.sha256(f"{model}|{flags}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cll-scale" / f"cpu-bf16-{key}.json"

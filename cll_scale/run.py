@@ -24,7 +24,7 @@ from cll_scale.metrics import MetricsLogger, device_peak_tflops
 from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.optim import GuardedAdamW
 from cll_scale.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
-from cll_scale.precision import cpu_bf16_speedup, emulates_bf16, precision
+from cll_scale.precision import cpu_bf16_speedup, emulates_bf16, matmul_mode, precision
 from cll_scale.stream import ShardStream
 from cll_scale.validator import Validator
 
@@ -138,6 +138,10 @@ class Run:
     @property
     def device(self) -> torch.device:
         return self.engine.device
+
+    def matmuls(self):
+        """The block this run's passes run in (:func:`cll_scale.precision.matmul_mode`)."""
+        return matmul_mode(precision(self.ds_config), self.device)
 
     def export(self, tag: str, lr: float, name: str = "export", info: dict | None = None) -> None:
         """Consolidate checkpoint ``tag`` into ``run_dir/name`` (``export-best/`` with ``info``

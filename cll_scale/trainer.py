@@ -19,7 +19,6 @@ from cll_scale import faults
 from cll_scale.checkpointer import BEST_EXPORT
 from cll_scale.metrics import MetricsWindow
 from cll_scale.model import train_flops
-from cll_scale.precision import matmul_mode, precision
 from cll_scale.run import Run, log
 from cll_scale.skips import NonFiniteSkip, OutOfMemorySkip
 
@@ -91,7 +90,7 @@ class Trainer:
         """Train to the budget. A stop signal ends the run at the next step boundary with a
         checkpoint (``Interrupted``), so a preempted job loses at most one step."""
         try:
-            with self.stop, matmul_mode(precision(self.run.ds_config), self.device):
+            with self.stop, self.run.matmuls():
                 return self._train()
         finally:
             self.run.close()
