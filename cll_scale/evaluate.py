@@ -24,7 +24,9 @@ import argparse
 import multiprocessing
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -99,9 +101,27 @@ def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, 
 
 def _worker_init() -> None:
     """Ctrl-C reaches every process of the terminal's group: the command stops the pool and says
-    "interrupted" once, so a worker ignores SIGINT instead of printing its own traceback."""
-    import signal
+    "interrupted" once, so a worker ignores SIGINT instead of printing its own traceback. The worker
+    was started with SIGINT blocked (``_ScoringPool.submit``), so a Ctrl-C during its start-up waits
+    pending until here, where ignoring it discards it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+class _ScoringPool(ProcessPoolExecutor):
+    """A spawned worker spends seconds starting Python and importing torch before its initializer
+    runs; a Ctrl-C then would kill it with a traceback of its own. ``submit`` starts the workers, so
+    it runs with SIGINT blocked: the child inherits the mask through fork and exec, and the parent's
+    own Ctrl-C is delivered as soon as the mask is restored, so nothing is lost."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return super().submit(fn, *args, **kwargs)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return super().submit(fn, *args, **kwargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextmanager
@@ -115,7 +135,7 @@ def lid_pool(workers: int | None = None) -> Iterator[Executor | None]:
     if workers <= 0:
         yield None
         return
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
+    pool = _ScoringPool(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
     try:
         yield pool
     finally:

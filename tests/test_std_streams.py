@@ -37,15 +37,15 @@ def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tm
                              "--lid-workers", "1",
                              "--beam", "1"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
+    # Interrupt once the first direction's hypotheses are written: its scoring job goes to the pool
+    # and the next direction decodes, so the process is mid-work. (Waiting for the first "BLEU" line
+    # raced: every direction is decoded before any is logged, so the run could end before the signal.)
+    hyps = tmp_path / "eval" / "hyps"
     deadline = time.time() + 240
-    err = []
-    while time.time() < deadline:              # until the first direction is scored (the pool runs)
-        line = proc.stderr.readline()
-        err.append(line)
-        if "BLEU" in line or "off-target" in line or not line:
-            break
+    while time.time() < deadline and proc.poll() is None and not any(hyps.rglob("*.txt")):
+        time.sleep(0.05)
+    assert proc.poll() is None, "cll-eval ended before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)          # the terminal's Ctrl-C reaches the whole group
-    out, rest = proc.communicate(timeout=120)
-    stderr = "".join(err) + rest
+    out, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
     assert "cll-eval: interrupted" in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
