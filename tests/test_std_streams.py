@@ -36,10 +36,13 @@ def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tm
                              "--data", str(m30k_centered), "--split", "test_2016_flickr", "--out", str(tmp_path / "eval"),
                              "--lid-workers", "1",
                              "--beam", "1"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    # Interrupt once the first direction's hypotheses are written: its scoring job goes to the pool
-    # and the next direction decodes, so the process is mid-work. (Waiting for the first "BLEU" line
-    # raced: every direction is decoded before any is logged, so the run could end before the signal.)
+                            text=True, start_new_session=True,
+                            # as from a terminal: a suite started in the background (`make test &`)
+                            # inherits SIGINT ignored, and cll-eval would then never see the Ctrl-C
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # Interrupt once the first direction's hypotheses are written: its scoring job goes to the pool,
+    # whose worker is starting, and the next direction decodes, so the process is mid-work (every
+    # direction is decoded before any is logged, so a "BLEU" line comes when little is left to do).
     hyps = tmp_path / "eval" / "hyps"
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None and not any(hyps.rglob("*.txt")):
