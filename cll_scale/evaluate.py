@@ -26,7 +26,6 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -111,12 +110,11 @@ def _worker_init() -> None:
 class _ScoringPool(ProcessPoolExecutor):
     """A spawned worker spends seconds starting Python and importing torch before its initializer
     runs; a Ctrl-C then would kill it with a traceback of its own. ``submit`` starts the workers, so
-    it runs with SIGINT blocked: the child inherits the mask through fork and exec, and the parent's
-    own Ctrl-C is delivered as soon as the mask is restored, so nothing is lost."""
+    it runs with SIGINT blocked (the mask is per thread, so any thread may call it): the child
+    inherits the mask through fork and exec, and the calling thread's own Ctrl-C is delivered as
+    soon as the mask is restored, so nothing is lost."""
 
     def submit(self, fn, /, *args, **kwargs):
-        if threading.current_thread() is not threading.main_thread():
-            return super().submit(fn, *args, **kwargs)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             return super().submit(fn, *args, **kwargs)
