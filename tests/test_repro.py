@@ -365,6 +365,33 @@ def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
     assert calls[-1] != "broken"
 
 
+@pytest.mark.slow
+def test_on_cpu_the_next_training_waits_for_the_evaluation(tmp_path):
+    """Without overlap (cll-repro on CPU, where an evaluation and a training contend for the same
+    cores) the freed slot stays empty while done(name) runs, and takes the next training right
+    after it; the trainings already running go on."""
+    from cll_scale.repro.scheduler import train_all
+
+    def job(name, seconds):
+        mark = str(tmp_path / name)
+        script = f"import pathlib, time; pathlib.Path({mark!r}).touch(); time.sleep({seconds}); " \
+                 f"pathlib.Path({mark + '.end'!r}).touch()"
+        return name, tmp_path / f"run-{name}", [sys.executable, "-c", script]
+
+    calls = []
+
+    def done(name):
+        calls.append(name)
+        if name == "short":
+            assert (tmp_path / "long").exists() and not (tmp_path / "long.end").exists()   # still running
+            time.sleep(1.0)                                 # an evaluation: the slot must stay free
+            assert not (tmp_path / "next").exists()
+
+    train_all([job("short", 0.2), job("long", 4), job("next", 0.2)], parallel=2, done=done, overlap=False)
+    assert calls[0] == "short" and sorted(calls) == ["long", "next", "short"]
+    assert (tmp_path / "next.end").exists()
+
+
 def test_each_settings_family_finds_its_own_four_triangle_recipes():
     """`--settings small / paper / paper_small` each find the four variants of the study, and no
     other family's recipe (the prefixes nest: ``paper_small_fcll`` starts like ``paper_*``); each
