@@ -334,10 +334,13 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
+@pytest.mark.parametrize("overlap", [True, False], ids=["gpu-overlap", "cpu-waits"])
+def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path, overlap):
     """train_all calls done(name) as each training ends well (cll-repro evaluates and records the
-    model then, so a sitting cut short keeps the finished ones), after the freed slot took the next
-    training, and while the longer one still runs."""
+    model then, so a sitting cut short keeps the finished ones), while the longer one still runs.
+    With overlap (a GPU) the freed slot has already taken the next training; without it (CPU, where
+    an evaluation and a training contend for the same cores) the slot stays empty until done
+    returns."""
     from cll_scale.repro.scheduler import StepFailed, train_all
 
     def job(name, seconds, code=0):
@@ -350,46 +353,25 @@ def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path):
 
     def done(name):
         calls.append(name)
-        if name == "short":
-            assert (tmp_path / "long").exists() and not (tmp_path / "long.end").exists()   # still running
+        if name != "short":
+            return
+        assert (tmp_path / "long").exists() and not (tmp_path / "long.end").exists()   # still running
+        if overlap:
             deadline = time.time() + 10
-            while not (tmp_path / "next").exists():         # the freed slot already took "next"
+            while not (tmp_path / "next").exists():     # the freed slot already took "next"
                 assert time.time() < deadline
                 time.sleep(0.05)
-
-    started = time.time()
-    train_all([job("short", 0.2), job("long", 4), job("next", 0.2)], parallel=2, done=done)
-    assert calls[0] == "short" and sorted(calls) == ["long", "next", "short"] and time.time() - started < 30
-    with pytest.raises(StepFailed, match="training broken"):
-        train_all([job("broken", 0, code=3)], parallel=1, done=calls.append)
-    assert calls[-1] != "broken"
-
-
-@pytest.mark.slow
-def test_on_cpu_the_next_training_waits_for_the_evaluation(tmp_path):
-    """Without overlap (cll-repro on CPU, where an evaluation and a training contend for the same
-    cores) the freed slot stays empty while done(name) runs, and takes the next training right
-    after it; the trainings already running go on."""
-    from cll_scale.repro.scheduler import train_all
-
-    def job(name, seconds):
-        mark = str(tmp_path / name)
-        script = f"import pathlib, time; pathlib.Path({mark!r}).touch(); time.sleep({seconds}); " \
-                 f"pathlib.Path({mark + '.end'!r}).touch()"
-        return name, tmp_path / f"run-{name}", [sys.executable, "-c", script]
-
-    calls = []
-
-    def done(name):
-        calls.append(name)
-        if name == "short":
-            assert (tmp_path / "long").exists() and not (tmp_path / "long.end").exists()   # still running
-            time.sleep(1.0)                                 # an evaluation: the slot must stay free
+        else:
+            time.sleep(1.0)                             # an evaluation: the slot stays free
             assert not (tmp_path / "next").exists()
 
-    train_all([job("short", 0.2), job("long", 4), job("next", 0.2)], parallel=2, done=done, overlap=False)
-    assert calls[0] == "short" and sorted(calls) == ["long", "next", "short"]
+    started = time.time()
+    train_all([job("short", 0.2), job("long", 4), job("next", 0.2)], parallel=2, done=done, overlap=overlap)
+    assert calls[0] == "short" and sorted(calls) == ["long", "next", "short"] and time.time() - started < 30
     assert (tmp_path / "next.end").exists()
+    with pytest.raises(StepFailed, match="training broken"):
+        train_all([job("broken", 0, code=3)], parallel=1, done=calls.append, overlap=overlap)
+    assert calls[-1] != "broken"
 
 
 def test_each_settings_family_finds_its_own_four_triangle_recipes():
