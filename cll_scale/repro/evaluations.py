@@ -43,6 +43,7 @@ class Evaluations:
 
     def __init__(self, settings: EvalSettings, shards: Path, figs: Path, pool):
         self.settings, self.shards, self.figs, self.pool = settings, shards, figs, pool
+        self.device = pick_device(None)             # where every model is decoded
         self.decoding = settings.decoding()
         self.done: dict[str, dict[str, dict]] = {}
         self.test_sets: dict[str, tuple] = {}       # read only if some model has to be decoded
@@ -83,7 +84,7 @@ class Evaluations:
                 continue
             print(f"[cll-repro] evaluating on {split}: {name}", file=sys.stderr)
             if translator is None:
-                translator = Translator.load(chosen_export(run_dir), pick_device(None),
+                translator = Translator.load(chosen_export(run_dir), self.device,
                                              TranslateConfig(DecodeConfig(beam=s.beam)))
             pairs, directions = self.test_set(split)
             result[split] = evaluate_entries(translator, name, pairs, directions, s.max_sentences, s.ablate_lsl,

@@ -10,7 +10,6 @@ from pathlib import Path
 from cll_scale.evaluate import lid_pool, summarize
 from cll_scale.outputs import json_text, write_atomic
 from cll_scale.checkpointer import chosen_export
-from cll_scale.cli import pick_device
 from cll_scale.precision import ds_config_of, planned_precision
 from cll_scale.repro.evaluations import EvalSettings, Evaluations
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
@@ -139,7 +138,7 @@ class Reproduction:
         # On CPU an evaluation beside the next training slows both (scheduler.train_all), so there
         # the next one waits. On a GPU the next training starts at once (not measured here: the
         # decoding takes a share of the GPU, language ID runs on the host).
-        train_all(commands, s.parallel, done=trained, overlap=pick_device(None) != "cpu")
+        train_all(commands, s.parallel, done=trained, overlap=self.evaluations.device != "cpu")
 
     def run(self) -> Path:
         self.check()
