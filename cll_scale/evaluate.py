@@ -359,6 +359,8 @@ def summarize(entries: dict[str, dict], test_set: str, beam: int, lid: tuple[str
     directions, each model's ``common_averages`` averages only the directions every model was
     scored on (``common_directions``), so that the summary compares like with like."""
     report = {"test_set": test_set, "beam": beam, "lid": list(lid), "models": dict(entries)}
+    if not entries:
+        raise ValueError(f"{test_set}: no model to report")
     scored = [{d["direction"] for d in r["directions"]} for r in entries.values()]
     if not any(scored):
         raise ValueError(f"{test_set}: no model could be scored on any direction "

@@ -3,6 +3,7 @@ setting is finite, a count is a whole number, a range is checked where the flag 
 JSON file the project writes is strict JSON."""
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -181,6 +182,17 @@ def test_settings_that_moved_to_their_section_are_read_with_one_notice(capsys):
     for old_key, new_key in MOVED.items():        # every target exists in its section
         section, key = new_key.split(".")
         assert key in {f.name for f in __import__("dataclasses").fields(section_classes()[section])}, old_key
+
+
+def test_the_shipped_recipes_name_each_setting_in_its_section():
+    """The project's own recipes are read without the moved-settings notice: they would stop
+    loading when the old names go."""
+    import yaml
+    from cll_scale.config import upgrade
+    recipes = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+    assert len(recipes) > 20
+    old = [path.name for path in recipes if upgrade(yaml.safe_load(path.read_text())) != yaml.safe_load(path.read_text())]
+    assert not old, old
 
 
 def test_an_old_recipe_takes_new_overrides_and_an_old_override_is_mapped(tmp_path, capsys):

@@ -182,7 +182,7 @@ def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_pa
 
 def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_path):
     """A record (a finished run without its weights) replaces a missing run directory only when the
-    recipe's bytes, the overrides and the budget are those it was trained with, and never a run
+    recipe's settings (as read: comments and moved names aside), the overrides and the budget are those it was trained with, and never a run
     directory that exists here."""
     from cll_scale.repro.plan import Budget
     from cll_scale.repro.records import finished, training_identity, use_records, write_record
@@ -214,9 +214,26 @@ def test_a_record_stands_in_only_for_the_same_recipe_overrides_and_budget(tmp_pa
     assert use_records(gone, {"fcll seed1": other}, records, budget) == gone
     longer = Budget(steps=20)
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], longer)}, records, longer) == gone
+    recipe.write_text("# reworded\npreset: tiny\n")      # the same settings, other bytes: the record stands
+    assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
+                       budget) == {"fcll seed1": records / run.name}
     recipe.write_text("preset: small\n")                  # the recipe changed since
     assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
                        budget) == gone
+    # a record of before the settings' hash is known by the recipe's bytes alone
+    recipe.write_text("preset: tiny\ntrain:\n  log_every: 5\n")
+    legacy = {k: v for k, v in training_identity(recipe, ["train.seed=1"], budget).items()
+              if k != "recipe_settings_sha256"}
+    write_record(run, records / run.name, legacy)
+    assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
+                       budget) == {"fcll seed1": records / run.name}
+    recipe.write_text("preset: tiny\nlog:\n  every: 5\n")  # the same settings, moved to their section
+    assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
+                       budget) == gone
+    write_record(run, records / run.name, training_identity(recipe, ["train.seed=1"], budget))
+    recipe.write_text("preset: tiny\ntrain:\n  log_every: 5\n")
+    assert use_records(gone, {"fcll seed1": training_identity(recipe, ["train.seed=1"], budget)}, records,
+                       budget) == {"fcll seed1": records / run.name}
     # a report written part-way through a study names what it still lacks
     report = write_report("triangle", "triangle-seeds", {"fcll seed1": records / run.name}, {}, budget, "cll-repro",
                           tmp_path / "results", {"fcll": ["fcll seed1", "fcll seed2"]}, ["fcll seed2"])

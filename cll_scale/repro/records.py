@@ -56,9 +56,24 @@ def finished(run_dir: Path, budget: Budget, state: dict | None = None) -> bool:
 
 
 def training_identity(recipe: Path, overrides: list[str], budget: Budget) -> dict:
-    """What decides a trained model: the recipe's bytes, the overrides and the budget."""
-    return {"recipe": recipe.name, "recipe_sha256": hashlib.sha256(recipe.read_bytes()).hexdigest(),
+    """What decides a trained model: the recipe's settings, the overrides and the budget. The
+    settings are hashed as read (moved settings in their sections, keys sorted), so rewording a
+    recipe's comments or moving a setting to its section keeps its records."""
+    return {"recipe": recipe.name, "recipe_settings_sha256": recipe_settings_sha256(recipe),
+            "recipe_sha256": hashlib.sha256(recipe.read_bytes()).hexdigest(),
             "overrides": list(overrides), "budget": budget.as_dict()}
+
+
+def recipe_settings_sha256(recipe: Path) -> str:
+    settings = {k: v for k, v in load_recipe(recipe).items() if v not in ({}, None)}   # an emptied `train:`
+    return hashlib.sha256(json_text(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _same_recipe(kept: dict, wanted: dict) -> bool:
+    """The settings' hash where the record has one; a record of before it (cll-scale 2026-12-05
+    and older) has only the recipe's bytes."""
+    key = "recipe_settings_sha256" if "recipe_settings_sha256" in kept else "recipe_sha256"
+    return kept.get("recipe") == wanted["recipe"] and kept.get(key) == wanted[key]
 
 
 def is_record(run_dir: Path) -> bool:
@@ -102,7 +117,8 @@ def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Pat
         kept = json.loads((record / RECORD).read_text())
         trained = recorded_rules(record)
         wanted = _as_trained(identities[name], trained)
-        same = _as_trained({k: kept.get(k) for k in wanted}, trained) == wanted
+        same = _same_recipe(kept, wanted) and all(_as_trained(kept, trained).get(k) == wanted[k]
+                                                  for k in ("overrides", "budget"))
         if same and finished(record, budget):
             print(f"[cll-repro] {name}: trained before ({kept.get('hardware')}); using its record {record}",
                   file=sys.stderr)

@@ -33,7 +33,7 @@ def validation_table(metrics: dict[str, list[dict]]) -> list[str]:
     steps = sorted({step for curve in curves.values() for step in curve})
     if not steps:
         return []
-    lines = ["", "Validation over training (greedy, the first `train.valid_decode_sentences` sentences of each "
+    lines = ["", "Validation over training (greedy, the first `valid.decode_sentences` sentences of each "
              "direction; off-target with the restricted language ID): zero-shot off-target % / supervised BLEU.",
              "", "| model | " + " | ".join(f"{s:,}" for s in steps) + " |", "|---|" + "---:|" * len(steps)]
     for name, curve in curves.items():
