@@ -59,14 +59,11 @@ def training_identity(recipe: Path, overrides: list[str], budget: Budget) -> dic
     """What decides a trained model: the recipe's settings, the overrides and the budget. The
     settings are hashed as read (moved settings in their sections, keys sorted), so rewording a
     recipe's comments or moving a setting to its section keeps its records."""
-    return {"recipe": recipe.name, "recipe_settings_sha256": recipe_settings_sha256(recipe),
+    settings = {k: v for k, v in load_recipe(recipe).items() if v not in ({}, None)}   # an emptied `train:`
+    return {"recipe": recipe.name,
+            "recipe_settings_sha256": hashlib.sha256(json_text(settings, sort_keys=True).encode()).hexdigest(),
             "recipe_sha256": hashlib.sha256(recipe.read_bytes()).hexdigest(),
             "overrides": list(overrides), "budget": budget.as_dict()}
-
-
-def recipe_settings_sha256(recipe: Path) -> str:
-    settings = {k: v for k, v in load_recipe(recipe).items() if v not in ({}, None)}   # an emptied `train:`
-    return hashlib.sha256(json_text(settings, sort_keys=True).encode()).hexdigest()
 
 
 def _same_recipe(kept: dict, wanted: dict) -> bool:
