@@ -100,3 +100,19 @@ class Direction(str):
 
     def reverse(self) -> "Direction":
         return Direction(self.tgt, self.src)
+
+
+def targets_by_source(directions: list[Direction]) -> dict[str, list[str]]:
+    """Each source language's supervised targets, in the order the directions are given."""
+    targets: dict[str, list[str]] = {}
+    for d in directions:
+        targets.setdefault(d.src, []).append(d.tgt)
+    return targets
+
+
+def strict_dependence(directions: list[Direction]) -> bool:
+    """The paper's *strict dependence* (§4.1, the triangle against the square): every source
+    language is trained into exactly one target, so a model can answer in the right language
+    without reading the tag, and a zero-shot direction collapses into that one target."""
+    targets = targets_by_source(directions)
+    return bool(targets) and all(len(t) == 1 for t in targets.values())

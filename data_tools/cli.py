@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, finite_float, non_negative_int, run
+from cll_scale.languages import Direction, strict_dependence, targets_by_source
 from cll_scale.manifest import Manifest
 from data_tools.build import BuildConfig, build_shards
 from data_tools.clock import StageClock
@@ -56,7 +57,8 @@ def format_table(m: Manifest) -> str:
     lines = [f"languages: {' '.join(m.languages)}    central: {m.central_language or '(none)'}    "
              f"vocab: {m.tokenizer.vocab_size}    max tokens: {m.max_tokens}",
              f"supervised: {' '.join(m.supervised)}",
-             f"zero-shot:  {' '.join(m.zero_shot) or '(none)'}", ""]
+             f"zero-shot:  {' '.join(m.zero_shot) or '(none)'}",
+             *dependence_lines(m.supervised), ""]
     head = f"{'split':<18} {'direction':<9} {'kind':<10} {'rows':>10} {'src tok':>11} {'tgt tok':>11} " \
            f"{'empty':>6} {'long':>6} {'shards':>6}"
     lines += [head, "-" * len(head)]
@@ -69,6 +71,22 @@ def format_table(m: Manifest) -> str:
                          f"{sum(s.src_tokens for s in shards):>11,} {sum(s.tgt_tokens for s in shards):>11,} "
                          f"{f.get('empty', 0):>6} {f.get('too_long', 0):>6} {len(shards):>6}")
     return "\n".join(lines)
+
+
+def dependence_lines(supervised: list[Direction]) -> list[str]:
+    """Each source language's supervised targets, and whether the condition has the paper's strict
+    dependence (§4.1): then the source alone tells the model the output language, and a zero-shot
+    direction tends to collapse into the one target its source was trained into."""
+    targets = targets_by_source(supervised)
+    lines = ["targets by source: " + "  ".join(f"{src}→{','.join(t)}" for src, t in targets.items())]
+    if strict_dependence(supervised):
+        lines.append("strict dependence: yes, every source language has exactly one supervised target "
+                     "(paper §4.1: expect zero-shot outputs in that target)")
+    else:
+        several = [src for src, t in targets.items() if len(t) > 1]
+        lines.append("strict dependence: no, the language tag decides the output of "
+                     + ("every source language" if len(several) == len(targets) else ", ".join(several)))
+    return lines
 
 
 def cmd_inspect(args) -> int:
@@ -116,9 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("build", help="corpus -> SentencePiece model + Arrow shards + manifest")
     b.add_argument("--input", required=True, help="corpus directory, or a hub dataset name with --format hf")
     b.add_argument("--format", choices=FORMATS, default="auto")
-    b.add_argument("--condition", help="multi-way: centered (default), triangle, square, or directions "
+    b.add_argument("--condition", help="multi-way: centered (default), triangle, square, cycle (one-way, any number of languages), or directions "
                    "'de-fr,fr-cs'; pair corpora: all (default) or a list of directions to train on")
-    b.add_argument("--langs", help="comma-separated languages to use (order defines triangle/square cycles)")
+    b.add_argument("--langs", help="comma-separated languages to use (order defines the triangle, square and cycle directions)")
     b.add_argument("--central", help="central language of a centered condition (default: en)")
     b.add_argument("--pairs", help="--format hf: configs to read, e.g. de-en,en-fr (default: all)")
     b.add_argument("--allow-lang", action="append", metavar="CODE", help="accept a non-ISO-639-1 code")

@@ -134,16 +134,30 @@ def _text_split(name: str, files: dict[str, Path], directions: list[Direction]) 
 # ---------------------------------------------------------------------------------------------
 # Data conditions (paper §4.1)
 
-CONDITIONS = ("centered", "triangle", "square")
+CONDITIONS = ("centered", "triangle", "square", "cycle")
+
+
+def _cycle(langs: list[str]) -> list[Direction]:
+    """l0→l1→…→l(n-1)→l0, one way: every source has one target (strict dependence)."""
+    return [Direction(langs[i], langs[(i + 1) % len(langs)]) for i in range(len(langs))]
 
 
 def condition_directions(condition: str, langs: list[str], central: str | None
                          ) -> tuple[list[str], str | None, list[Direction]]:
     """Resolve a data condition to (ordered languages, central language, supervised directions).
 
-    * ``centered``: central ↔ every other language (central defaults to ``en``).
-    * ``triangle`` / ``square``: a cycle l0→l1→…→l0 over 3 / 4 languages, in the order given
-      (Multi30k triangle ``de,fr,cs``: de→fr, fr→cs, cs→de); no central language.
+    The named conditions follow the paper (§4.1, Table 11: supervised / zero-shot directions):
+
+    * ``centered``: central ↔ every other language (central defaults to ``en``); 4 languages:
+      6 / 6.
+    * ``triangle``: the one-way cycle l0→l1→l2→l0 over 3 languages in the order given (Multi30k
+      ``de,fr,cs``: de→fr, fr→cs, cs→de): 3 / 3, every source with one target (strict dependence).
+    * ``square``: 4 languages l0..l3, each edge of the square both ways (l0↔l1, l1↔l2, l2↔l3,
+      l3↔l0), the diagonals l0↔l2, l1↔l3 zero-shot: 8 / 4. Every source has two targets, so the
+      tag must decide the output language (the paper: "designed for avoiding strict dependence").
+    * ``cycle``: the one-way cycle over any number (≥ 3) of languages; over 4 it is 4 / 8 and keeps
+      the triangle's strict dependence (not the paper's square: ``cll-scale`` called it ``square``
+      before 2026-12-05).
     * an explicit list ``de-fr,fr-cs``: exactly those directions.
     """
     if condition == "centered":
@@ -155,14 +169,16 @@ def condition_directions(condition: str, langs: list[str], central: str | None
             raise CorpusError("condition 'centered' needs at least two languages")
         sup = [Direction(central, x) for x in others] + [Direction(x, central) for x in others]
         return [central] + others, central, sup
-    if condition in ("triangle", "square"):
-        need = 3 if condition == "triangle" else 4
-        if len(langs) != need:
-            raise CorpusError(f"condition {condition!r} needs exactly {need} languages, got "
+    if condition in ("triangle", "square", "cycle"):
+        need = {"triangle": 3, "square": 4}.get(condition)
+        if (need and len(langs) != need) or len(langs) < 3:
+            wanted = f"exactly {need}" if need else "at least 3"
+            raise CorpusError(f"condition {condition!r} needs {wanted} languages, got "
                               f"{len(langs)} ({', '.join(langs)}): choose them with --langs")
         if central:
             raise CorpusError(f"condition {condition!r} is non-centered; do not pass --central")
-        sup = [Direction(langs[i], langs[(i + 1) % need]) for i in range(need)]
+        ring = _cycle(langs)
+        sup = [x for d in ring for x in (d, d.reverse())] if condition == "square" else ring
         return list(langs), None, sup
     try:
         sup = [Direction.parse(d) for d in condition.split(",") if d.strip()]

@@ -59,6 +59,9 @@ def test_triangle_build_and_inspect(multi30k, tmp_path, capsys):
     assert [m.splits["train"].rows(d) for d in m.supervised] == [29000] * 3
     code, table, _ = run_cli(main, ["inspect", str(out)], capsys)
     assert code == 0 and "central: (none)" in table
+    # The triangle's strict dependence (paper §4.1) is named, with each source's one target.
+    assert "targets by source: de→fr  fr→cs  cs→de" in table
+    assert "strict dependence: yes" in table
     row = next(line for line in table.splitlines() if line.startswith("train") and " de-fr " in line)
     assert "supervised" in row and "29,000" in row
     assert any(line.startswith("valid") and " fr-de " in line and "zero-shot" in line for line in table.splitlines())
@@ -362,3 +365,13 @@ def test_multi30k_downloader_on_local_files(multi30k, tmp_path, capsys):
     code, _, err = run_cli(main, ["download", "multi30k", "--out", str(tmp_path / "b"),
                                   "--base-url", mirror.as_uri()], capsys)
     assert code == 3 and "val.fr.gz" in err and not (tmp_path / "b").exists()
+
+
+def test_inspect_says_when_the_tag_decides_the_output_language():
+    from data_tools.cli import dependence_lines
+    from data_tools.sources import condition_directions
+    square = dependence_lines(condition_directions("square", ["de", "fr", "cs", "en"], None)[2])
+    assert square == ["targets by source: de→fr,en  fr→de,cs  cs→fr,en  en→cs,de",
+                      "strict dependence: no, the language tag decides the output of every source language"]
+    centered = dependence_lines(condition_directions("centered", ["en", "de", "fr"], "en")[2])
+    assert centered[-1] == "strict dependence: no, the language tag decides the output of en"

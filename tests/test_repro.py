@@ -2,6 +2,7 @@
 evaluation, the report with mean ± std over seeds — and a second run that trains nothing and
 decodes nothing, while a changed decoding setting is evaluated afresh, and a lost evaluation of one
 model is redone for that model only."""
+import dataclasses
 import json
 import signal
 import subprocess
@@ -426,9 +427,14 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
     assert "diagnostics" in SETTINGS
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
     found = recipe_files(ROOT / "recipes", "triangle", "diagnostics")
-    assert sorted(found) == ["baseline", "baseline_half", "baseline_onedir", "fcll", "fcll_double", "fcll_half",
-                             "fcll_onedir", "residual"]
-    assert sorted(recipe_files(ROOT / "recipes", "square", "diagnostics")) == ["baseline", "fcll"]
+    assert sorted(found) == ["baseline", "baseline_half", "baseline_onedir", "baseline_postnorm", "fcll",
+                             "fcll_double", "fcll_half", "fcll_onedir", "fcll_postnorm", "residual"]
+    for condition in ("square", "cycle"):
+        # the same settings as the triangle's controls: the condition is the one difference
+        other = recipe_files(ROOT / "recipes", condition, "diagnostics")
+        assert sorted(other) == ["baseline", "fcll"]
+        for variant, path in other.items():
+            assert {**load_recipe(path), "train": {}} == {**load_recipe(found[variant]), "train": {}}, path
     resolved = {}
     for variant, path in found.items():
         raw = load_recipe(path)
@@ -441,6 +447,11 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
     assert rules["fcll"] == ("fcll", "mixed", "authors", 1.0, None)
     assert rules["residual"] == ("residual", "mixed", "authors", 1.0, "self_attn")
     assert rules["fcll_half"][3] == rules["baseline_half"][3] == 0.5
+    # issue 50, question b: post-norm and nothing else changed
+    for variant in ("baseline", "fcll"):
+        post, pre = resolved[f"{variant}_postnorm"], resolved[variant]
+        assert (post.model.pre_norm, pre.model.pre_norm) == (False, True)
+        assert dataclasses.replace(post.model, pre_norm=True) == pre.model and post.data == pre.data
     assert len({(c.optim.lr, c.optim.warmup_steps, c.train.seed, c.data.seed, c.data.max_tokens)
                 for c in resolved.values()}) == 1
 

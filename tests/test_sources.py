@@ -3,7 +3,7 @@ import gzip
 
 import pytest
 
-from cll_scale.languages import Direction, LanguageError, check_languages
+from cll_scale.languages import Direction, LanguageError, check_languages, strict_dependence, targets_by_source
 from data_tools.sources import CorpusError, read_multiway, read_opus100, scan_text_file
 
 
@@ -29,15 +29,44 @@ def test_triangle_is_a_cycle_in_the_given_order(multi30k):
     assert corpus.central is None and corpus.languages == ["de", "fr", "cs"]
 
 
-def test_square_and_explicit_directions(multi30k):
-    square = read_multiway(multi30k, "square", langs=["en", "de", "fr", "cs"])
-    assert square.supervised == dirs("en-de de-fr fr-cs cs-en") and len(square.zero_shot) == 8
+# The paper's Table 11, third column: the number of zero-shot directions (Triangle 3, Square 4);
+# with n languages there are n(n-1) directions, the rest supervised. Centered on 4 languages: 6 / 6.
+# Strict dependence (paper §4.1): every source language is trained into one target only; the
+# fan-out is how many targets each source language has.
+@pytest.mark.parametrize("condition,langs,supervised,zero_shot,fan_out,strict", [
+    ("centered", ["en", "de", "fr", "cs"], 6, 6, {"en": 3, "de": 1, "fr": 1, "cs": 1}, False),
+    ("triangle", ["de", "fr", "cs"], 3, 3, {"de": 1, "fr": 1, "cs": 1}, True),
+    ("square", ["de", "fr", "cs", "en"], 8, 4, {"de": 2, "fr": 2, "cs": 2, "en": 2}, False),
+    ("cycle", ["de", "fr", "cs", "en"], 4, 8, {"de": 1, "fr": 1, "cs": 1, "en": 1}, True),
+])
+def test_named_conditions_have_the_papers_counts_and_dependence(multi30k, condition, langs, supervised,
+                                                                zero_shot, fan_out, strict):
+    corpus = read_multiway(multi30k, condition, langs=langs)
+    assert (len(corpus.supervised), len(corpus.zero_shot)) == (supervised, zero_shot)
+    assert {src: len(t) for src, t in targets_by_source(corpus.supervised).items()} == fan_out
+    assert strict_dependence(corpus.supervised) is strict
+
+
+def test_square_is_every_edge_both_ways_with_the_diagonals_zero_shot(multi30k):
+    square = read_multiway(multi30k, "square", langs=["de", "fr", "cs", "en"])
+    assert sorted(square.supervised) == sorted(dirs("de-fr fr-de fr-cs cs-fr cs-en en-cs en-de de-en"))
+    assert sorted(square.zero_shot) == sorted(dirs("de-cs cs-de fr-en en-fr"))
+    assert targets_by_source(square.supervised) == {"de": ["fr", "en"], "fr": ["de", "cs"],
+                                                    "cs": ["fr", "en"], "en": ["cs", "de"]}
+
+
+def test_cycle_is_one_way_over_any_number_of_languages_and_explicit_lists_stay(multi30k):
+    cycle = read_multiway(multi30k, "cycle", langs=["de", "fr", "cs", "en"])
+    assert cycle.supervised == dirs("de-fr fr-cs cs-en en-de")
+    assert read_multiway(multi30k, "cycle", langs=["de", "fr", "cs"]).supervised == dirs("de-fr fr-cs cs-de")
     explicit = read_multiway(multi30k, "de-fr,fr-de")
     assert explicit.languages == ["de", "fr"] and explicit.zero_shot == []
 
 
 @pytest.mark.parametrize("condition,langs,message", [
     ("triangle", None, "needs exactly 3 languages"),
+    ("square", ["de", "fr", "cs"], "needs exactly 4 languages"),
+    ("cycle", ["de", "fr"], "needs at least 3 languages"),
     ("centered", ["de", "fr"], "needs --central"),
     ("de-xx", None, "not in the corpus"),
     ("de-de", None, "into itself"),

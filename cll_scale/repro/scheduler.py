@@ -13,7 +13,9 @@ from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, run_state
 
 ROOT = Path(__file__).resolve().parents[2]
-CONDITION_LANGS = {"triangle": "de,fr,cs", "square": "de,fr,cs,en"}    # the cycles' order (paper §4.1)
+# The languages of the non-centered conditions, in the order that makes their directions (paper
+# §4.1): the triangle de→fr→cs→de; the square de↔fr↔cs↔en↔de; the one-way cycle de→fr→cs→en→de.
+CONDITION_LANGS = {"triangle": "de,fr,cs", "square": "de,fr,cs,en", "cycle": "de,fr,cs,en"}
 
 
 class StepFailed(RuntimeError):
