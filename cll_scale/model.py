@@ -8,9 +8,15 @@ Paper (Qu & Watanabe 2022), Eq. (3): in a decoder layer with CLL the FFN becomes
 for the central one, with ``LSL_l(h) = max(0, h W1_l + b1_l) W2_l + b2_l``.
 
 LSL storage: one Parameter per language (all its CLL layers), not a stacked ``[L, D, R]`` tensor.
-A language absent from a step then gets no gradient at all (``grad=None``; plain AdamW leaves it
-untouched), freezing the old languages when a new one is added (paper §4.4) is
-``requires_grad=False`` instead of gradient masks, and adding a language appends a Parameter.
+Freezing the old languages when a new one is added (paper §4.4) is then ``requires_grad=False``
+instead of gradient masks, and adding a language appends a Parameter. A language absent from a
+step is not left out of the update, though. With several ranks and mixed batches the trainer adds
+:meth:`CLLTransformer.lsl_zero` to the loss (``Run.touch_lsls``), so every rank gives every LSL a
+gradient (zeros for an absent language) and fills the same ZeRO-2 reduction buckets. On one rank
+an absent language's ``grad`` stays ``None``, but ZeRO-2 (every ``ds_configs/*.json``) steps flat
+partitions that hold every parameter, with zeros in its place. Either way AdamW moves it by its
+moments (and by weight decay where ``optim.weight_decay`` is set); only plain AdamW without ZeRO,
+on one rank, leaves it untouched.
 The speed is the same: a language-homogeneous batch does one matmul either way
 (``bench/bench_model.py`` measures both).
 """
@@ -288,9 +294,10 @@ class CLLTransformer(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg, cfg.cll_layers.index(i) if i in cfg.cll_layers else None)
                                      for i in range(cfg.decoder_layers))
         # One Parameter per non-central language holding its LSL (w1, b1, w2, b2, t) of every CLL
-        # layer: a language absent from a step gets no gradient and no gradient reduction, and the
-        # engine handles one tensor per language instead of five per language and layer (its
-        # per-tensor Python work made FCLL with 99 languages measurably slower than the Baseline).
+        # layer: the engine handles one tensor per language instead of five per language and layer
+        # (its per-tensor Python work made FCLL with 99 languages measurably slower than the
+        # Baseline). An absent language still gets a zero gradient (touch_lsls, several ranks) or a
+        # zero slot in ZeRO-2's flat partition (one rank), so AdamW's moments still move it.
         d, r = cfg.d_model, cfg.lsl_dim
         self._lsl_shapes = [(r, d), (r,), (d, r), (d,), (1,)]
         per_layer = sum(math.prod(shape) for shape in self._lsl_shapes)
