@@ -42,6 +42,59 @@ def pct(x: float) -> str:
     return f"{x:.1f}%"
 
 
+def record_of(report: Path, model: str) -> Path:
+    """The record of ``model`` beside ``report`` (a ``cll-repro`` report folder): run directories
+    are ``multi30k-<report>-<model>`` (a seed report's without its ``-seeds``, seeds as ``-seed2``)."""
+    stem = report.name.removesuffix("-seeds")
+    return report / "records" / f"multi30k-{stem}-{model.replace(' ', '-')}"
+
+
+def model_row(question: str, label: str, report: Path, name: str) -> tuple[str, list[dict] | None]:
+    """One row of the question table, and the model's validation rows (None: not trained yet)."""
+    models = [json.loads((report / f"{s}.json").read_text())["models"] if (report / f"{s}.json").is_file() else {}
+              for s in SPLITS]
+    if name not in models[0]:
+        return f"| {question} | {label} | not trained | | | | |", None
+    a = [m[name]["averages"] for m in models]
+    off = [m.get(f"{name} (LSL off)", {}).get("averages") for m in models]
+    rows = [r for r in read_rows(record_of(report, name) / "metrics.jsonl") if "valid_zero_shot_offtarget" in r]
+    by_step = {r["step"]: r["valid_zero_shot_offtarget"] for r in rows}
+    return (f"| {question} | {label} "
+            f"| {pct(a[0]['zero-shot']['off_target'])} / {pct(a[0]['zero-shot']['lingua_off_target'])} "
+            f"({pct(a[1]['zero-shot']['off_target'])}) "
+            f"| {a[0]['zero-shot']['bleu']:.2f} ({a[1]['zero-shot']['bleu']:.2f}) "
+            f"| {a[0]['supervised']['bleu']:.2f} ({a[1]['supervised']['bleu']:.2f}) "
+            f"| {pct(off[0]['zero-shot']['off_target']) if off[0] else '–'} "
+            f"| {' / '.join(f'{by_step[s]:.0f}' if s in by_step else '–' for s in STEPS)}% |"), rows
+
+
+def print_question_table(questions: list[tuple[str, str, Path, str]]) -> dict[str, list[dict]]:
+    """The question table of ``(question, label, report folder, model)`` rows; the validation rows
+    of each trained model, by label."""
+    print("| question | model | zero-shot off-target, langdetect / lingua | zero-shot BLEU | supervised BLEU "
+          "| LSL off: zero-shot off-target | validation zero-shot off-target, steps "
+          + " / ".join(f"{s:,}" for s in STEPS) + " |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    curves = {}
+    for question, label, report, name in questions:
+        line, rows = model_row(question, label, report, name)
+        print(line)
+        if rows is not None:
+            curves[label] = rows
+    return curves
+
+
+def print_nll_table(curves: dict[str, list[dict]], levels: list[float]) -> None:
+    print("| model | " + " | ".join(f"valid NLL {v}: step / zero-shot off-target" for v in levels) + " |")
+    print("|---|" + "---|" * len(levels))
+    for label, rows in curves.items():
+        cells = []
+        for v in levels:
+            found = at_nll(rows, v)
+            cells.append(f"{found[0]:,.0f} / {found[1]:.0f}%" if found else "not reached")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path, help="the --out of the diagnostics (holds <condition>-diagnostics/)")
@@ -51,52 +104,19 @@ def main(argv: list[str] | None = None) -> int:
                         "are the one-direction, LSL-dropped-twice models of the same recipe, seed and data order, "
                         "so their first 2,100 steps stand for baseline/fcll_double on validation")
     args = p.parse_args(argv)
-    reports = {(c, s): json.loads((args.folder / f"{c}-diagnostics" / f"{s}.json").read_text())["models"]
-               for c in ("triangle", "cycle") for s in SPLITS
-               if (args.folder / f"{c}-diagnostics" / f"{s}.json").is_file()}
-    levels = [float(x) for x in args.at_nll.split(",")]
-    head = ("| question | model | zero-shot off-target, langdetect / lingua | zero-shot BLEU | supervised BLEU "
-            "| LSL off: zero-shot off-target | validation zero-shot off-target, steps "
-            + " / ".join(f"{s:,}" for s in STEPS) + " |")
-    print(head)
-    print("|---|---|---:|---:|---:|---:|---|")
-    curves = {}
-    for question, condition, name in QUESTIONS:
-        models = [reports.get((condition, s), {}) for s in SPLITS]
-        if name not in models[0]:
-            print(f"| {question} | {condition} {name} | not trained | | | | |")
-            continue
-        a = [m[name]["averages"] for m in models]
-        off = [m.get(f"{name} (LSL off)", {}).get("averages") for m in models]
-        record = args.folder / f"{condition}-diagnostics" / "records" / f"multi30k-{condition}-diagnostics-{name}"
-        rows = [r for r in read_rows(record / "metrics.jsonl") if "valid_zero_shot_offtarget" in r]
-        curves[(condition, name)] = rows
-        by_step = {r["step"]: r["valid_zero_shot_offtarget"] for r in rows}
-        print(f"| {question} | {condition} {name} "
-              f"| {pct(a[0]['zero-shot']['off_target'])} / {pct(a[0]['zero-shot']['lingua_off_target'])} "
-              f"({pct(a[1]['zero-shot']['off_target'])}) "
-              f"| {a[0]['zero-shot']['bleu']:.2f} ({a[1]['zero-shot']['bleu']:.2f}) "
-              f"| {a[0]['supervised']['bleu']:.2f} ({a[1]['supervised']['bleu']:.2f}) "
-              f"| {pct(off[0]['zero-shot']['off_target']) if off[0] else '–'} "
-              f"| {' / '.join(f'{by_step[s]:.0f}' if s in by_step else '–' for s in STEPS)}% |")
+    curves = print_question_table([(q, f"{c} {name}", args.folder / f"{c}-diagnostics", name)
+                                   for q, c, name in QUESTIONS])
     if args.study:
         for name in ("baseline", "fcll"):
             record = args.study / "records" / f"multi30k-triangle-{name}-seed1"
             rows = [r for r in read_rows(record / "metrics.jsonl")
                     if "valid_zero_shot_offtarget" in r and r["step"] <= 2100]
-            curves[("study (one direction, LSL dropped twice)", name)] = rows
+            curves[f"study (one direction, LSL dropped twice) {name}"] = rows
             by_step = {r["step"]: r["valid_zero_shot_offtarget"] for r in rows}
             print(f"| the study's code, validation only | study {name} seed 1 | | | | "
                   f"| {' / '.join(f'{by_step[s]:.0f}' if s in by_step else '–' for s in STEPS)}% |")
     print()
-    print("| model | " + " | ".join(f"valid NLL {v}: step / zero-shot off-target" for v in levels) + " |")
-    print("|---|" + "---|" * len(levels))
-    for (condition, name), rows in curves.items():
-        cells = []
-        for v in levels:
-            found = at_nll(rows, v)
-            cells.append(f"{found[0]:,.0f} / {found[1]:.0f}%" if found else "not reached")
-        print(f"| {condition} {name} | " + " | ".join(cells) + " |")
+    print_nll_table(curves, [float(x) for x in args.at_nll.split(",")])
     return 0
 
 
