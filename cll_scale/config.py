@@ -299,19 +299,47 @@ def load_recipe(path: str | Path) -> dict:
 
 
 def _parse(text: str, path: str):
-    """YAML (``.yaml``/``.yml``) or JSON, with the line of a syntax error."""
+    """YAML (``.yaml``/``.yml``) or JSON, with the line of a syntax error. A key given twice in one
+    mapping is an error in both: YAML and JSON parsers keep the last one silently, so a recipe with
+    two ``optim:`` blocks lost the first."""
     if path.endswith((".yaml", ".yml")):
         import yaml
         try:
-            return yaml.safe_load(text) or {}
+            return yaml.load(text, Loader=_unique_key_loader()) or {}
         except yaml.YAMLError as err:
             mark = getattr(err, "problem_mark", None)
             where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise ValueError(f"{path}:{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+
+    def unique(pairs: list[tuple[str, object]]) -> dict:
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"{path}: {', '.join(map(repr, twice))} given twice in one object; the JSON parser "
+                             "would keep only the last: merge them")
+        return dict(pairs)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})") from None
+
+
+def _unique_key_loader():
+    """yaml's SafeLoader, refusing a key given twice in one mapping (a ``yaml.YAMLError`` with its line)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} given twice in one mapping (first on line {seen[key] + 1}); YAML "
+                        "would keep only the last: merge them", key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep)
+    return UniqueKeyLoader
 
 
 def check_sections(recipe: dict, where: str) -> None:
@@ -326,8 +354,8 @@ def check_sections(recipe: dict, where: str) -> None:
 
 
 def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
-    """``section.key=value`` (or ``preset=NAME``) overrides, values parsed as YAML."""
-    import yaml
+    """``section.key=value`` (or ``preset=NAME``) overrides, each value read by its setting's type
+    (:func:`flag_value`): a path or a name is taken as typed, never as YAML."""
     for item in overrides:
         key, eq, value = item.partition("=")
         if key == "preset" and eq:
@@ -341,8 +369,68 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
         section, dot, name = key.partition(".")
         if not eq or not dot or section not in SECTIONS:
             raise ValueError(f"override {item!r}: expected section.key=value, section in {'/'.join(SECTIONS)}")
-        recipe.setdefault(section, {})[name] = yaml.safe_load(value)
+        recipe.setdefault(section, {})[name] = flag_value(section, name, value)
     return recipe
+
+
+def _kind(section: str, name: str) -> tuple[str, str, bool] | None:
+    """How a setting is typed: (``str``/``list``/``number``, element type of a list, may be None),
+    or None for a name the section does not have (its error, with a suggestion, comes later)."""
+    f = next((f for f in dataclasses.fields(section_classes()[section]) if f.name == name), None)
+    if f is None:
+        return None
+    parts = [part.strip() for part in str(f.type).split("|")]
+    optional, (main,) = "None" in parts, [part for part in parts if part != "None"]
+    if main.startswith(("list[", "tuple[")):
+        return "list", main[main.index("[") + 1:].split(",")[0].rstrip("]").strip(), optional
+    return ("str" if main == "str" else "number"), "", optional
+
+
+def flag_value(section: str, name: str, text: str):
+    """A ``--set``/flag value as its setting's type wants it. A string setting (a path, a name)
+    is the text as typed: YAML would drop `` #1`` as a comment, read ``a: b`` as a mapping and
+    ``yes`` as true. A list takes ``[a, b]`` (YAML/JSON) or ``a,b``. Numbers and switches are read
+    as YAML (``7e-4``, ``true``) and checked by :func:`coerce_number`."""
+    import yaml
+    kind = _kind(section, name)
+    if kind is not None and kind[2] and text.strip().lower() in ("null", "none", "~"):
+        return None
+    if kind is not None and kind[0] == "str":
+        return text
+    if kind is not None and kind[0] == "list" and not text.lstrip().startswith("["):
+        return text                      # a comma-separated list; split at the boundary (_coerce)
+    return yaml.safe_load(text)
+
+
+_LIST_EXAMPLES = {"int": "[0, 2] or 0,2", "float": "[0.9, 0.98] or 0.9,0.98"}
+
+
+def _checked_value(section: str, name: str, value, kind: tuple[str, str, bool]):
+    """The boundary for strings and lists, from a recipe file or a flag alike: a string setting
+    holds a string, a list setting a list (a comma-separated string is split; nothing else is
+    iterated, so ``freeze: encoder.*`` is one pattern, not nine characters)."""
+    what, element, optional = kind
+    key = f"{section}.{name}"
+    if value is None and optional:
+        return None
+    if what == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{key} must be a string, not {value!r} (in a YAML recipe, put it in quotes; "
+                             f"an empty value is null there: write '' for an empty string)")
+        return value
+    if what != "list":
+        return value
+    if isinstance(value, str):
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, (list, tuple)):
+        example = _LIST_EXAMPLES.get(element, "[a, b] or a,b")
+        raise ValueError(f"{key} must be a list, e.g. {example}; not {value!r}")
+    if element in ("int", "float"):
+        return [coerce_number(f"{key}[{i}]", item, int if element == "int" else float) for i, item in enumerate(value)]
+    bad = [item for item in value if not isinstance(item, str)]
+    if bad:
+        raise ValueError(f"{key} must be a list of strings, e.g. [a, b] or a,b; {bad[0]!r} is not one")
+    return list(value)
 
 
 def _numeric_kind(f: dataclasses.Field) -> type | None:
@@ -382,9 +470,13 @@ def _coerce(cls, section: str, kw: dict) -> dict:
         if key not in names:
             raise ValueError(f"unknown setting {section}.{key}; " + _suggest(section, str(key), names))
     for f in dataclasses.fields(cls):
+        if f.name not in out:
+            continue
         kind = _numeric_kind(f)
-        if f.name in out and kind is not None and out[f.name] is not None:
+        if kind is not None and out[f.name] is not None:
             out[f.name] = coerce_number(f"{section}.{f.name}", out[f.name], kind)
+        elif kind is None:
+            out[f.name] = _checked_value(section, f.name, out[f.name], _kind(section, f.name))
     return out
 
 
@@ -468,7 +560,24 @@ def build_configs(recipe: dict, languages: list[str], central: str | None, token
     model_kw.update(recipe.get("model", {}))
     sections = {name: build_section(name, model_kw if name == "model" else recipe.get(name) or {})
                 for name in SECTIONS}
+    check_model_fits_shards(sections["model"], languages, central, tokenizer, where)
     return RunConfig(preset=recipe.get("preset", "small"), **sections)
+
+
+def check_model_fits_shards(model: ModelConfig, languages: list[str], central: str | None, tokenizer,
+                            where: str) -> None:
+    """The model's vocabulary, special ids and languages are the shards' (the manifest owns them):
+    a recipe that sets them otherwise would index past the embedding or the LSLs at the first step."""
+    if model.vocab_size < tokenizer.vocab_size:
+        raise ValueError(f"{where}: model.vocab_size {model.vocab_size} is smaller than the shards' vocabulary "
+                         f"({tokenizer.vocab_size} subwords); leave it unset, it comes from the shards")
+    ids = {"pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}
+    wrong = [f"model.{k}={getattr(model, k)} (the shards' {v})" for k, v in ids.items() if getattr(model, k) != v]
+    if list(model.languages) != list(languages) or model.central_language != central:
+        wrong.append(f"model.languages={model.languages}, central {model.central_language} (the shards': "
+                     f"{languages}, central {central})")
+    if wrong:
+        raise ValueError(f"{where}: {'; '.join(wrong)}; leave them unset, they come from the shards")
 
 
 def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:

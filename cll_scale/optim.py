@@ -34,7 +34,7 @@ class OptimConfig:
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"optim.lr must be a positive number, not {self.lr}")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"optim.betas must be two numbers in [0, 1), not {list(self.betas)}")
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98] or 0.9,0.98; not {list(self.betas)}")
         if not self.eps > 0 or self.weight_decay < 0 or self.clip_norm < 0 or self.warmup_steps < 0:
             raise ValueError("optim.eps must be > 0, and weight_decay, clip_norm, warmup_steps >= 0")
 

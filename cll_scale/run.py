@@ -5,6 +5,7 @@ only trains it. DeepSpeed is reached through :mod:`cll_scale.engine` alone.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import os
@@ -17,7 +18,7 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.checkpointer import Checkpointer, git_commit
-from cll_scale.config import LEGACY_MODEL, RunConfig, build_configs
+from cll_scale.config import LEGACY_MODEL, RunConfig, build_configs, field_default
 from cll_scale.export import export_model_config, load_export
 from cll_scale.manifest import Manifest
 from cll_scale.metrics import MetricsLogger, device_peak_tflops
@@ -25,7 +26,7 @@ from cll_scale.model import CLLTransformer, label_smoothed_loss
 from cll_scale.optim import GuardedAdamW
 from cll_scale.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.precision import cpu_bf16_speedup, emulates_bf16, matmul_mode, precision
-from cll_scale.stream import ShardStream
+from cll_scale.stream import ShardStream, StreamConfig
 from cll_scale.validator import Validator
 
 
@@ -196,13 +197,15 @@ def _resolve(recipe: dict, manifest: Manifest, data_dir: str) -> RunConfig:
     (the recipe's model fields still override) and must fit the shards."""
     init_from = recipe.get("train", {}).get("init_from")
     if init_from:
-        recipe = {**recipe, "model": {**export_model_config(init_from), **recipe.get("model", {})}}
+        exported = export_model_config(init_from)
+        if (exported.get("languages") != manifest.languages
+                or exported.get("vocab_size") != manifest.tokenizer.vocab_size):
+            raise ValueError(f"{init_from} was built for languages {exported.get('languages')} and "
+                             f"{exported.get('vocab_size')} subwords, {data_dir} has "
+                             f"{manifest.languages} and {manifest.tokenizer.vocab_size}")
+        recipe = {**recipe, "model": {**exported, **recipe.get("model", {})}}
+    # The recipe's own model settings are checked against the shards here (check_model_fits_shards).
     cfg = build_configs(recipe, manifest.languages, manifest.central_language, manifest.tokenizer)
-    if init_from and (cfg.model.languages != manifest.languages
-                      or cfg.model.vocab_size != manifest.tokenizer.vocab_size):
-        raise ValueError(f"{init_from} was built for languages {cfg.model.languages} and "
-                         f"{cfg.model.vocab_size} subwords, {data_dir} has "
-                         f"{manifest.languages} and {manifest.tokenizer.vocab_size}")
     if not (cfg.train.max_steps or cfg.train.max_minutes or cfg.train.max_epochs):
         raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
     return cfg
@@ -292,21 +295,41 @@ def _finish(run: Run, say) -> None:
         say("the shards have no validation split: no validation, and no export-best/")
 
 
+# What the model learns from, besides its own settings: which rows (the split, its directions and
+# share) and how its input is built (the tag). A resume with others would train another model under
+# the run's name; export.json would then describe the input wrongly (lang_tag). With
+# train.new_data (cll-bt's epochs) the rows change on purpose; the input format never does.
+DATA_IDENTITY = ("split", "directions", "rows_fraction", "add_lang_tag")
+INPUT_FORMAT = ("add_lang_tag",)
+
+
 def check_recorded_settings(run_dir: Path, cfg: RunConfig) -> None:
-    """A resume must rebuild the model the run trained: other settings (another preset, other
-    shards' vocabulary or languages) are refused before anything is loaded."""
+    """A resume must rebuild the model the run trained, from the same data: other settings
+    (another preset, other shards' vocabulary or languages, another data selection or input
+    format) are refused before anything is loaded."""
     path = run_dir / "config.json"
     if not path.is_file():
         return
-    recorded = {**LEGACY_MODEL, **json.loads(path.read_text()).get("model", {})}
+    config = json.loads(path.read_text())
+    recorded = {**LEGACY_MODEL, **config.get("model", {})}
     now = cfg.model.to_json()
     diff = [f"model.{k}={recorded[k]!r} (now {now[k]!r})" for k in sorted(now)
             if k in recorded and recorded[k] != now[k] and k != "languages"]
     if recorded.get("languages", now["languages"]) != now["languages"]:
         diff.append(f"languages {recorded['languages']} (now {now['languages']})")
+    data_now = dataclasses.asdict(cfg.data)
+    for key in INPUT_FORMAT if cfg.train.new_data else DATA_IDENTITY:
+        # a config.json of before a setting existed was trained with the setting's default
+        was = config.get("data", {}).get(key, field_default(_data_field(key)))
+        if was != data_now[key]:
+            diff.append(f"data.{key}={was!r} (now {data_now[key]!r})")
     if diff:
         raise ValueError(f"--resume: {run_dir} was trained with " + ", ".join(diff)
                          + "; resume with the run's own settings, or train into another --run-dir")
+
+
+def _data_field(name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(StreamConfig) if f.name == name)
 
 
 def init_and_freeze(model: CLLTransformer, init_from: str, freeze: list[str], tag: str | None,

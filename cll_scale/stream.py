@@ -74,12 +74,15 @@ class StreamConfig:
     mix_rows: int = setting(8192, "rows of a mixed pool, sorted by length and cut into batches")
     mix_directions: int = setting(0, "directions drawn per mixed pool (0: all): with many target languages a batch "
                              "then holds at most this many LSL groups")
-    rows_fraction: float = setting(1.0, "train on this share of each direction's rows (its first blocks): the "
-                              "data-size question of issue 34 at equal steps")
+    rows_fraction: float = setting(1.0, "train on this share of each direction's rows (its first rows, to the "
+                              "nearest row): the data-size question of issue 34 at equal steps")
 
     def __post_init__(self):
         if self.directions is not None:
             self.directions = [Direction.parse(str(d)) for d in self.directions]
+            twice = sorted({d for d in self.directions if self.directions.count(d) > 1})
+            if twice:       # a direction listed twice would be sampled as two
+                raise ValueError(f"data.directions lists {', '.join(twice)} twice")
         if min(self.max_tokens, self.pool_blocks, self.pool_rows, self.mix_rows) < 1 or self.max_sentences < 0:
             raise ValueError("max_tokens, pool_blocks, pool_rows and mix_rows must be >= 1, max_sentences >= 0")
         if not 0 <= self.mix_directions <= self.mix_rows:
@@ -88,6 +91,9 @@ class StreamConfig:
             raise ValueError(f"data.rows_fraction must be in (0, 1], not {self.rows_fraction}")
         if self.mixing not in MIXINGS:
             raise ValueError(f"data.mixing must be one of {', '.join(MIXINGS)}, not {self.mixing!r}")
+        if self.mix_directions and self.mixing != "mixed":
+            raise ValueError(f"data.mix_directions={self.mix_directions} applies to data.mixing: mixed; with "
+                             f"data.mixing: {self.mixing} every microbatch holds one direction")
         if self.temperature <= 0 or self.seed < 0:
             raise ValueError("data.temperature must be > 0 and data.seed >= 0")
         if self.verify not in VERIFY:
@@ -204,18 +210,25 @@ def _gather_padded(starts: np.ndarray, lens: np.ndarray, vals: np.ndarray, width
 
 def direction_blocks(split, direction: str, block_rows: int, rows_fraction: float = 1.0) -> list[tuple[str, int, int]]:
     """A direction's blocks as (file, record batch index, rows), its shards in order; with
-    ``rows_fraction`` < 1 its first whole blocks holding that share of its rows (at least one)."""
+    ``rows_fraction`` < 1 its first rows, that share of them to the nearest row: the last block
+    kept is cut (a block is read from its start), so 0.6 is 60%, not the next whole block's share.
+    A share that keeps no row is an error."""
     blocks = []
     for shard in (s for s in split.shards if s.direction == direction):
         for i in range(-(-shard.rows // block_rows)):
             blocks.append((shard.file, i, min(block_rows, shard.rows - i * block_rows)))
     if rows_fraction < 1.0:
-        want, kept = rows_fraction * sum(b[2] for b in blocks), 0
-        for n_kept, (_, _, n) in enumerate(blocks, 1):
-            kept += n
-            if kept >= want:
+        total = sum(b[2] for b in blocks)
+        want, kept = round(rows_fraction * total), []
+        if want < 1:
+            raise ValueError(f"data.rows_fraction={rows_fraction:g} keeps no row of {direction} ({total:,} rows); "
+                             f"the smallest share that keeps one is {1 / total:.2g}")
+        for file, index, n in blocks:
+            if want <= 0:
                 break
-        blocks = blocks[:n_kept]
+            kept.append((file, index, min(n, want)))
+            want -= n
+        blocks = kept
     return blocks
 
 

@@ -34,7 +34,6 @@ class ValidConfig:
                                "better), valid_bleu (needs decode_sentences), or '' for no selection")
 
     def __post_init__(self):
-        self.best_metric = self.best_metric or ""      # `--set valid.best_metric=` reads as None
         if self.every < 1 or self.max_batches < 0 or self.max_sentences < 0 or self.decode_sentences < 0:
             raise ValueError("valid.every must be >= 1, valid.max_batches, max_sentences and decode_sentences >= 0")
         if self.best_metric not in BEST_METRICS:

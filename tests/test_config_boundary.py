@@ -9,7 +9,8 @@ import pytest
 
 from cll_scale.cli import EXIT_FILES, EXIT_INPUT
 from cll_scale.checkpointer import CheckpointConfig
-from cll_scale.config import ModelConfig, TrainConfig, _coerce, coerce_number, load_recipe, section_classes
+from cll_scale.config import (ModelConfig, TrainConfig, _coerce, apply_overrides, build_section, coerce_number, load_recipe,
+                              section_classes)
 from cll_scale.optim import OptimConfig
 from cll_scale.outputs import json_text
 from cll_scale.stream import StreamConfig
@@ -143,7 +144,7 @@ def test_every_recipe_setting_is_a_flag_with_its_default_and_help_written_once()
     assert sorted(recipe_flags(args)) == ["model.variant=sd", "optim.warmup_steps=10", "train.max_steps=7",
                                           "valid.best_metric="]
     assert recipe_from_args(args) == {"model": {"variant": "sd"}, "optim": {"warmup_steps": 20},
-                                      "train": {"max_steps": 7}, "valid": {"best_metric": None}}
+                                      "train": {"max_steps": 7}, "valid": {"best_metric": ""}}
 
 
 def test_cll_shards_flags_come_from_the_build_config():
@@ -207,3 +208,83 @@ def test_an_old_recipe_takes_new_overrides_and_an_old_override_is_mapped(tmp_pat
     both.write_text("train:\n  lr: 1.0e-3\noptim:\n  lr: 2.0e-3\n")
     with pytest.raises(ValueError, match="both.yaml: train.lr and optim.lr are the same setting"):
         load_recipe(both)
+
+
+# -- issue 51, class A: a flag's value is read by its setting's type, never a path as YAML --------
+
+@pytest.mark.parametrize("flag, value", [
+    ("--run-dir", "runs/a6 #1"),        # finding 1: YAML dropped " #1" as a comment
+    ("--run-dir", "runs/a7: x"),        # finding 2: YAML made a mapping of it
+    ("--run-dir", "yes"),               # finding 3: YAML made a boolean (and null, None)
+    ("--run-dir", "null"),
+    ("--data", "shards on"),
+])
+def test_a_path_flag_is_taken_as_typed(flag, value):
+    from cll_scale.train import build_parser, recipe_from_args
+    recipe = recipe_from_args(build_parser().parse_args(["--preset", "tiny", flag, value]))
+    assert build_section("train", recipe["train"]).__dict__[flag[2:].replace("-", "_")] == value
+
+
+@pytest.mark.parametrize("override, key, expected", [         # finding 9: strings iterated
+    ("train.freeze=encoder.*", ("train", "freeze"), ["encoder.*"]),
+    ("train.freeze=[encoder.*, decoder.layers.0.*]", ("train", "freeze"), ["encoder.*", "decoder.layers.0.*"]),
+    ("data.directions=de-fr,fr-cs", ("data", "directions"), ["de-fr", "fr-cs"]),
+    ("data.directions=[de-fr, fr-cs]", ("data", "directions"), ["de-fr", "fr-cs"]),
+    ("model.cll_layers=0,1", ("model", "cll_layers"), [0, 1]),
+    ("model.cll_layers=1", ("model", "cll_layers"), [1]),
+    ("optim.betas=0.9,0.95", ("optim", "betas"), (0.9, 0.95)),
+    ("model.residual_sublayer=null", ("model", "residual_sublayer"), None),
+])
+def test_a_list_setting_takes_a_list_or_commas_and_never_iterates_a_string(override, key, expected):
+    section, name = key
+    values = apply_overrides({}, [override])[section]
+    if section == "model":
+        values = {"languages": ["de", "fr", "cs"], "variant": "custom" if name == "cll_layers" else "fcll", **values}
+    assert getattr(build_section(section, values), name) == expected
+
+
+@pytest.mark.parametrize("source, needle", [
+    ({"optim": {"betas": 0.9}}, "optim.betas must be a list, e.g. [0.9, 0.98] or 0.9,0.98; not 0.9"),
+    (["optim.betas=0.9"], "optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98]"),
+    ({"model": {"cll_layers": {"a": 1}}}, "model.cll_layers must be a list, e.g. [0, 2] or 0,2"),
+    (["model.cll_layers=[0, x]"], "model.cll_layers[1]: 'x' is not an integer"),
+    ({"train": {"run_dir": True}}, "train.run_dir must be a string, not True (in a YAML recipe, put it in quotes"),
+    ({"train": {"freeze": [1]}}, "train.freeze must be a list of strings"),
+])
+def test_a_value_of_the_wrong_shape_is_refused_with_an_example(source, needle):
+    recipe = apply_overrides({}, source) if isinstance(source, list) else source
+    (section, values), = recipe.items()
+    with pytest.raises(ValueError) as err:
+        build_section(section, {"languages": ["de"], **values} if section == "model" else values)
+    assert needle in str(err.value)
+
+
+# -- issue 51, class B: settings that change what the model learns are checked ---------------------
+
+@pytest.mark.parametrize("name, text, needle", [         # finding 4: the first optim block was dropped
+    ("r.yaml", "optim:\n  lr: 1.0e-3\ndata:\n  seed: 2\noptim:\n  warmup_steps: 10\n",
+     "'optim' given twice in one mapping (first on line 1)"),
+    ("r.yaml", "optim:\n  lr: 1.0e-3\n  lr: 2.0e-3\n", "'lr' given twice in one mapping (first on line 2)"),
+    ("r.json", '{"optim": {"lr": 0.001}, "optim": {"warmup_steps": 10}}', "'optim' given twice in one object"),
+])
+def test_a_recipe_that_gives_a_key_twice_is_refused(tmp_path, name, text, needle):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError) as err:
+        load_recipe(path)
+    assert needle in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("model, needle", [             # findings 10, 11: IndexError at the first step
+    ({"vocab_size": 10}, "model.vocab_size 10 is smaller than the shards' vocabulary (1000 subwords)"),
+    ({"languages": ["de"]}, "model.languages=['de'], central None (the shards': ['de', 'fr', 'cs'], central None)"),
+    ({"eos_id": 7}, "model.eos_id=7 (the shards' 3)"),
+])
+def test_a_model_that_does_not_fit_the_shards_is_refused_at_start(model, needle):
+    from cll_scale.config import build_configs
+    from cll_scale.manifest import TokenizerInfo
+    tok = TokenizerInfo("spm.model", "", 1000, 0, 1, 2, 3, {})
+    build_configs({"preset": "tiny", "model": {"vocab_size": 1024}}, ["de", "fr", "cs"], None, tok)  # larger: fine
+    with pytest.raises(ValueError) as err:
+        build_configs({"preset": "tiny", "model": model}, ["de", "fr", "cs"], None, tok, where="r.yaml")
+    assert needle in str(err.value) and "from the shards" in str(err.value)

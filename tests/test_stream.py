@@ -245,16 +245,28 @@ def test_stream_refuses_bad_settings_and_damaged_shards(m30k_centered, tmp_path)
         ShardStream(copy)
 
 
-def test_rows_fraction_trains_on_the_first_share_of_each_direction(m30k_centered):
+@pytest.mark.parametrize("fraction", [0.5, 0.6])
+def test_rows_fraction_trains_on_the_first_share_of_each_direction(m30k_centered, fraction):
     full = ShardStream(m30k_centered, StreamConfig(directions=["de-en"]))
-    half = ShardStream(m30k_centered, StreamConfig(directions=["de-en"], rows_fraction=0.5, mixing="direction"))
-    assert 0.5 <= half.rows[0] / full.rows[0] < 0.5 + 1024 / 29000       # whole blocks
+    part = ShardStream(m30k_centered, StreamConfig(directions=["de-en"], rows_fraction=fraction, mixing="direction"))
+    # to the nearest row (issue 51, finding 5: whole 1,024-row blocks made 0.6 all of them, 0.5 51-53%)
+    assert part.rows[0] == round(fraction * full.rows[0])
     lines = set()
-    while half.epoch < 1:
-        lines.update(next(half).lines.tolist())
-    assert max(lines) <= half.rows[0] + 1 and len(lines) == half.rows[0]
+    while part.epoch < 1:
+        lines.update(next(part).lines.tolist())
+    assert len(lines) == part.rows[0] and max(lines) <= part.rows[0] + 1
     with pytest.raises(ValueError, match="rows_fraction"):
         StreamConfig(rows_fraction=0.0)
+    with pytest.raises(ValueError, match=r"data.rows_fraction=1e-09 keeps no row of de-en \(29,000 rows\); "
+                                         r"the smallest share that keeps one is 3.4e-05"):
+        ShardStream(m30k_centered, StreamConfig(directions=["de-en"], rows_fraction=1e-9))
+
+
+def test_a_direction_listed_twice_and_mix_directions_without_mixing_are_refused():
+    with pytest.raises(ValueError, match="data.directions lists de-fr twice"):     # finding 8
+        StreamConfig(directions=["de-fr", "fr-cs", "de-fr"])
+    with pytest.raises(ValueError, match="data.mix_directions=2 applies to data.mixing: mixed"):
+        StreamConfig(mixing="direction", mix_directions=2)
 
 
 def test_mix_directions_bounds_the_directions_of_a_mixed_pool(m30k_centered):

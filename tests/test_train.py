@@ -170,6 +170,25 @@ def test_checkpoints_know_their_data(full_run, m30k_centered, tmp_path):
     assert "on new data" in res.stderr and max(losses(run)) == 42
 
 
+@pytest.mark.parametrize("change, refused", [
+    (["--set", "data.rows_fraction=0.5"], "data.rows_fraction=1.0 (now 0.5)"),       # issue 51, finding 6
+    (["--data.add_lang_tag", "false"], "data.add_lang_tag=True (now False)"),          # finding 7
+    (["--data.add_lang_tag", "false", "--set", "train.new_data=true"], "data.add_lang_tag=True (now False)"),
+])
+def test_a_resume_that_would_train_on_other_rows_or_input_is_refused(full_run, m30k_centered, tmp_path, change,
+                                                                     refused):
+    """What the model learns from belongs to the run: a resume with another share of the rows or
+    without the tag (export.json would then say lang_tag false for a model trained with tags) is
+    refused before anything loads; train.new_data lets the rows change, never the input format."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    before = (run / "metrics.jsonl").read_bytes()
+    res = cll_train(*common(m30k_centered, run, 42, *change), "--resume", check=False)
+    assert res.returncode == 2 and refused in res.stderr and "resume with the run's own settings" in res.stderr
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+
 def probe(launch, shards, run_dir, report, steps, *extra, env=None):
     args = [*common(shards, run_dir, steps, "--set", "train.grad_accum=2", *extra), "--report", str(report)]
     return subprocess.Popen([*launch, str(ROOT / "tests" / "ds_probe.py"), *args], cwd=ROOT,
