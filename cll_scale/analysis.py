@@ -17,13 +17,17 @@ signs of those two are "the FFN's" and "the LSL's" in Fig. 5's reading.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from cll_scale.config import ModelConfig
 from cll_scale.model import CLLTransformer
 from cll_scale.translate import Translator
 
@@ -116,10 +120,107 @@ class Attribution:
                 "max_abs_delta": self.max_abs_delta()}
 
 
+# -- what an attribution allocates ---------------------------------------------------------------
+# The share of the memory available at the start that an attribution may take: the rest is the
+# model, the texts, the allocator's slack and the machine's other processes.
+MEMORY_SHARE = 0.5
+
+
+def available_memory(device: str | torch.device = "cpu") -> int:
+    """Bytes that can be allocated now: a CUDA device's free memory, else the host's
+    ``MemAvailable`` (free pages where /proc is absent)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """What an attribution may allocate: ``host`` for the quadrature (numpy, always on the host),
+    ``device`` for the passes through the model."""
+    host: int
+    device: int
+
+    @classmethod
+    def now(cls, device: str | torch.device = "cpu") -> "MemoryBudget":
+        host = int(MEMORY_SHARE * available_memory("cpu"))
+        return cls(host, host if torch.device(device).type != "cuda" else int(MEMORY_SHARE * available_memory(device)))
+
+
+def quadrature_bytes(n_steps: int) -> int:
+    """Captum's Gauss-Legendre nodes and weights come from numpy's ``leggauss(n_steps)``, which
+    builds an ``n_steps × n_steps`` companion matrix and takes its eigenvalues (a float64 copy):
+    16 · n_steps² bytes at the peak (measured), for any sentence, before the model runs at all."""
+    return 16 * n_steps * n_steps
+
+
+def max_steps(budget: int) -> int:
+    """The most integration steps whose quadrature fits in ``budget`` bytes."""
+    return math.isqrt(max(budget, 0) // 16)
+
+
+def step_bytes(cfg: ModelConfig, src_len: int, tgt_len: int) -> int:
+    """Bytes of one integration step of a sentence: ``T`` rows (one per target token), each a
+    forward pass kept for the backward one. Per row, in fp32 values: the logits, their log-softmax
+    and its gradient (3 · T · V), each layer's activations per position (the model width about 14
+    times, the FFN's and LSL's inner sizes twice) and the attention weights (3 · H per query-key
+    pair). Within about 10 % of the peak measured on the tiny and small presets (CPU, fp32)."""
+    s, t = src_len, tgt_len
+    width = 14 * cfg.d_model + 2 * cfg.ffn_dim + 2 * cfg.lsl_dim
+    row = (3 * t * cfg.vocab_size + (cfg.encoder_layers * s + cfg.decoder_layers * t) * width
+           + 3 * cfg.n_heads * (cfg.encoder_layers * s * s + cfg.decoder_layers * (t * t + t * s)))
+    return 4 * t * row
+
+
+def longest_target(cfg: ModelConfig, src_len: int, budget: int) -> int:
+    """The longest target (tokens, ``</s>`` included) of which one integration step fits in
+    ``budget`` bytes; 0 when none does."""
+    lo, hi = 0, cfg.max_positions
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if step_bytes(cfg, src_len, mid) <= budget else (lo, mid - 1)
+    return lo
+
+
+def size_text(n: float) -> str:
+    """Bytes as people read them: ``512.0 MiB``, ``14.6 TiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_fits(cfg: ModelConfig, ex: "Example", n_steps: int, budget: MemoryBudget) -> int:
+    """Refuse an attribution that cannot fit in ``budget`` (numpy would ask for terabytes, or
+    the machine would swap and be killed); return the integration steps per pass through the
+    model that fit (all of them when they do)."""
+    if quadrature_bytes(n_steps) > budget.host:
+        raise ValueError(f"{n_steps} integration steps need {size_text(quadrature_bytes(n_steps))} for the "
+                         f"quadrature alone, more than the {size_text(budget.host)} allowed; at most "
+                         f"{max_steps(budget.host)} fit")
+    s, t = ex.src_tokens.shape[1], ex.target.shape[1]
+    step = step_bytes(cfg, s, t)
+    if step > budget.device:
+        raise ValueError(f"a target of {t} tokens needs {size_text(step)} per integration step, more than the "
+                         f"{size_text(budget.device)} allowed; the longest that fits is "
+                         f"{longest_target(cfg, s, budget.device)} tokens")
+    return min(n_steps, budget.device // step)
+
+
 def attribute(model: CLLTransformer, ex: Example, n_steps: int = 32, internal_batch_size: int = 0,
-              components: tuple[str, ...] = COMPONENTS) -> Attribution:
+              components: tuple[str, ...] = COMPONENTS, budget: MemoryBudget | None = None) -> Attribution:
     """Every (component, layer) of ``components`` for every target token; see the module doc.
-    ``ffn2`` and ``lsl2`` alone answer "FFN against LSL" at half the cost (the demo's view)."""
+    ``ffn2`` and ``lsl2`` alone answer "FFN against LSL" at half the cost (the demo's view).
+    Captum evaluates all ``n_steps`` × T rows in one pass unless ``internal_batch_size`` (rows per
+    pass) says otherwise; 0: as many steps per pass as fit in ``budget`` (default: a share of the
+    memory available now, :data:`MEMORY_SHARE`), so that memory does not grow with the steps.
+    What cannot fit at all is refused (:func:`check_fits`)."""
     from captum.attr import LayerIntegratedGradients
 
     if n_steps < 2:
@@ -127,6 +228,9 @@ def attribute(model: CLLTransformer, ex: Example, n_steps: int = 32, internal_ba
     unknown = [c for c in components if c not in COMPONENTS]
     if unknown:
         raise ValueError(f"unknown components {unknown}; choose from {', '.join(COMPONENTS)}")
+    per_pass = check_fits(model.cfg, ex, n_steps, budget or MemoryBudget.now(ex.target.device))
+    if not internal_batch_size and per_pass < n_steps:
+        internal_batch_size = per_pass * ex.target.shape[1]
     was_training = model.training
     model.eval()
     n_layers, t = len(model.decoder), ex.target.shape[1]

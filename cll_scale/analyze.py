@@ -16,6 +16,10 @@ pairs where the LSL's and the FFN's attributions have opposite signs, each compo
 absolute attribution, the largest convergence delta), ``analysis.md``, ``sentences.json`` (every
 value) and ``heatmap-<i>.png`` for the first ``--heatmaps`` sentences. attention writes
 ``analysis.json`` (the weights, and the share the tag receives), ``encoder.png`` and ``cross.png``.
+``--out`` is locked while an analysis runs and replaced as a whole when it ends (no heat map or figure
+of an earlier analysis stays beside the new one). ``--steps`` and each sentence's length are checked
+against the memory they need before the work begins (:func:`cll_scale.analysis.check_fits`); the
+steps go through the model as many at a time as fit.
 """
 from __future__ import annotations
 
@@ -25,16 +29,20 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.analysis import (COMPONENTS, attention_maps, attribute, language_pieces, prepare, summarize,
-                                tag_share)
-from cll_scale.cli import add_debug_argument, echo_command, parse_models, pick_device, positive_int, run
+from cll_scale.analysis import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute, language_pieces,
+                                longest_target, max_steps, prepare, quadrature_bytes, size_text, step_bytes,
+                                summarize, tag_share)
+from cll_scale.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device, positive_int,
+                           run)
 from cll_scale.decoding import DecodeConfig
 from cll_scale.evaluate import pairs_from_shards
 from cll_scale.languages import Direction
-from cll_scale.outputs import OutputError, check_apart, check_owner, json_text, write_atomic
+from cll_scale.outputs import json_text, result_dir, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 PROG = "cll-analyze"
+# What either analysis writes into --out; one replaces the other's directory as a whole.
+WRITES = ("analysis.json", "analysis.md", "sentences.json", "heatmap-*.png", "encoder.png", "cross.png")
 
 
 def add_input_arguments(p: argparse.ArgumentParser) -> None:
@@ -61,26 +69,41 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--model", required=True, help="an export/ directory")
     a.add_argument("--sentences", type=positive_int, default=20, help="the first N sentences of --direction")
     a.add_argument("--steps", type=positive_int, default=32, help="integration steps (Gauss-Legendre)")
-    a.add_argument("--heatmaps", type=int, default=3, help="heat maps for the first N sentences")
+    a.add_argument("--heatmaps", type=non_negative_int, default=3, help="heat maps for the first N sentences")
     add_input_arguments(a)
     b = sub.add_parser("attention", help="attention maps of one sentence (paper Fig. 3)")
     b.add_argument("--model", action="append", required=True, metavar="[NAME=]EXPORT_DIR",
                    help="repeatable: each model is a row of the figures")
-    b.add_argument("--index", type=int, default=0, help="which sentence of --direction (0: the first)")
+    b.add_argument("--index", type=non_negative_int, default=0, help="which sentence of --direction (0: the first)")
     add_input_arguments(b)
     return p
 
 
-def sentences(args, limit: int) -> list[tuple[str, str, str | None]]:
-    """(source, target language, reference or None), from --text or --data/--direction."""
+def check_sentence_flags(args) -> None:
+    """Before any work: the sentences come from --data's --direction or from --text with
+    --tgt-lang, never both, and no flag given is left unused."""
     if args.text:
+        if args.direction:
+            raise ValueError(f"--direction {args.direction} and --text both choose the sentences; give --data with "
+                             f"--direction, or --text with --tgt-lang")
         if not args.tgt_lang:
             raise ValueError("--text needs --tgt-lang")
         if args.reference:
             raise ValueError("--reference needs --direction (a --text has no reference)")
-        return [(t, args.tgt_lang, None) for t in args.text[:limit]]
+        return
     if not (args.data and args.direction):
         raise ValueError("give --data and --direction (or --text with --tgt-lang)")
+    tgt = Direction.parse(args.direction).tgt
+    if args.tgt_lang and args.tgt_lang != tgt:
+        raise ValueError(f"--tgt-lang {args.tgt_lang} disagrees with --direction {args.direction}, whose target is "
+                         f"{tgt}; --tgt-lang goes with --text")
+
+
+def sentences(args, limit: int) -> list[tuple[str, str, str | None]]:
+    """(source, target language, reference or None), from --text or --data/--direction (the flags
+    checked by :func:`check_sentence_flags`)."""
+    if args.text:
+        return [(t, args.tgt_lang, None) for t in args.text[:limit]]
     pairs = pairs_from_shards(args.data, args.split)
     if args.direction not in pairs:
         raise ValueError(f"{args.data}: split {args.split} has no direction {args.direction} "
@@ -90,13 +113,38 @@ def sentences(args, limit: int) -> list[tuple[str, str, str | None]]:
     return [(s, tgt, r if args.reference else None) for s, r in zip(srcs[:limit], refs[:limit])]
 
 
-def open_out(args, models: dict[str, str]) -> Path:
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out} is a file; give a directory")
-    check_owner(out, PROG)
-    check_apart(out, {"--data": args.data, **{f"--model {n}": p for n, p in models.items()}})
-    return out
+def open_out(args, models: dict[str, str]):
+    """--out, owned as every result directory is (:func:`cll_scale.outputs.result_dir`): checked,
+    locked and proven writable before any work, replaced as a whole at the end."""
+    return result_dir(args.out, PROG, WRITES, {"--data": args.data, **{f"--model {n}": p for n, p in models.items()}})
+
+
+def check_steps(steps: int, budget: MemoryBudget) -> None:
+    """--steps against the memory of its quadrature (:func:`cll_scale.analysis.quadrature_bytes`),
+    before anything is loaded."""
+    if quadrature_bytes(steps) > budget.host:
+        raise ValueError(f"--steps {steps} needs {size_text(quadrature_bytes(steps))} for the integration's "
+                         f"quadrature alone, more than the {size_text(budget.host)} {PROG} allows itself "
+                         f"({MEMORY_SHARE:.0%} of the memory available); --steps at most {max_steps(budget.host)} "
+                         f"fits")
+
+
+def check_lengths(translator: Translator, examples: list, args, budget: MemoryBudget) -> None:
+    """Each sentence's target against the memory of one integration step
+    (:func:`cll_scale.analysis.step_bytes`), before the first attribution: the steps are taken
+    as many at a time as fit, but one step of a long sentence may not fit at all."""
+    cfg = translator.model.cfg
+    for i, ex in enumerate(examples):
+        s, t = ex.src_tokens.shape[1], ex.target.shape[1]
+        need = step_bytes(cfg, s, t)
+        if need <= budget.device:
+            continue
+        which = f"--text {i + 1}" if args.text else f"sentence {i + 1} of --direction {args.direction}"
+        target = "the reference" if args.reference else "the model's translation"
+        raise ValueError(f"{which}: {target} has {t} tokens, and one integration step of them needs {size_text(need)}, "
+                         f"more than the {size_text(budget.device)} {PROG} allows itself ({MEMORY_SHARE:.0%} of the "
+                         f"memory available); the longest target that fits is {longest_target(cfg, s, budget.device)} "
+                         f"tokens: give a shorter sentence" + (f", or stop before it (--sentences {i})" if i else ""))
 
 
 def load(path: str, args) -> Translator:
@@ -119,8 +167,16 @@ def summary_markdown(summary: dict, command: str) -> str:
 
 
 def attribution_cli(args, command: str) -> int:
+    check_sentence_flags(args)
+    device = pick_device(args.device)
+    budget = MemoryBudget.now(device)
+    check_steps(args.steps, budget)
+    with open_out(args, {"model": args.model}) as out:
+        return attribute_into(out, args, command, budget)
+
+
+def attribute_into(out: Path, args, command: str, budget: MemoryBudget) -> int:
     from cll_scale.plots import plot_attribution
-    out = open_out(args, {"model": args.model})
     todo = sentences(args, args.sentences)
     translator = load(args.model, args)
     if not translator.model.cfg.cll_layers:
@@ -132,15 +188,15 @@ def attribution_cli(args, command: str) -> int:
             texts.setdefault(src, []).extend(srcs)
             texts.setdefault(tgt, []).extend(refs)
     pieces = language_pieces(translator, {lang: sorted(set(t)) for lang, t in texts.items()})
+    examples = [prepare(translator, src, tgt, ref, args.omit_lang_tag) for src, tgt, ref in todo]
+    check_lengths(translator, examples, args, budget)
     results = []
-    for i, (src, tgt, ref) in enumerate(todo):
-        ex = prepare(translator, src, tgt, ref, args.omit_lang_tag)
-        results.append(attribute(translator.model, ex, args.steps))
+    for i, ex in enumerate(examples):
+        results.append(attribute(translator.model, ex, args.steps, budget=budget))
         print(f"[{PROG}] {i + 1}/{len(todo)}: max |delta| {results[-1].max_abs_delta():.2e}  {ex.tgt_text[:60]}",
               file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
     rows = [r.to_json() for r in results]
-    for i, row in enumerate(rows[:max(args.heatmaps, 0)]):
+    for i, row in enumerate(rows[:args.heatmaps]):
         plot_attribution(row, out / f"heatmap-{i}.png")
     summary = {"command": command, "model": args.model, "steps": args.steps, **summarize(results, pieces),
                "classes_defined": "symbol: punctuation, digits or symbols only, and </s>; shared: a word piece "
@@ -154,18 +210,23 @@ def attribution_cli(args, command: str) -> int:
 
 
 def attention_cli(args, command: str) -> int:
-    from cll_scale.plots import plot_attention
+    check_sentence_flags(args)
     models = parse_models(args.model)
-    out = open_out(args, models)
-    if args.index < 0:
-        raise ValueError(f"--index must be >= 0, not {args.index}")
+    with open_out(args, models) as out:
+        return attention_into(out, args, command, models)
+
+
+def attention_into(out: Path, args, command: str, models: dict[str, str]) -> int:
+    from cll_scale.plots import plot_attention
     todo = sentences(args, args.index + 1)
     if len(todo) <= args.index:
         raise ValueError(f"--index {args.index}: the direction has {len(todo)} sentences")
     src, tgt, ref = todo[args.index]
+    translators = {name: load(path, args) for name, path in models.items()}
+    if args.omit_lang_tag:
+        Translator.check_tags_to_omit({name: tr.lang_tag for name, tr in translators.items()})
     cases: dict[str, dict] = {}
-    for name, path in models.items():
-        translator = load(path, args)
+    for name, translator in translators.items():
         settings = [(name, False)] + ([(f"{name} (tag omitted)", True)] if args.omit_lang_tag and translator.lang_tag
                                       else [])
         for case, omit in settings:
@@ -177,7 +238,6 @@ def attention_cli(args, command: str) -> int:
                            **{kind: [w.mean(0).tolist() for w in per_layer] for kind, per_layer in maps.items()},
                            "heads": {kind: [w.tolist() for w in per_layer] for kind, per_layer in maps.items()},
                            "tag_share": [tag_share(w) for w in maps["encoder"]] if ex.lang_tag else None}
-    out.mkdir(parents=True, exist_ok=True)
     for kind in ("encoder", "cross"):
         plot_attention(cases, kind, out / f"{kind}.png")
     write_atomic(out / "analysis.json", json_text({"command": command, "src_text": src, "tgt_lang": tgt,

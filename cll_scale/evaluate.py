@@ -13,7 +13,9 @@ code-switch share. Averages for en→xx, xx→en, supervised and zero-shot. Writ
 (with sentences/s and where the time went: decoding, language ID, scoring), ``results.md`` (paper
 Tables 2-3 layout), ``bleu_offtarget.png``, ``t_weights.png`` (paper Fig. 6) and every hypothesis,
 ``hyps/<model>/<setting>/<direction>.txt`` (setting ``default``, ``lsl-off`` or ``tag-omitted``), so that outputs
-can be rescored or compared without decoding again.
+can be rescored or compared without decoding again. ``--out`` is locked while cll-eval runs and replaced as a
+whole when it ends, so no hypotheses of an earlier evaluation's models stay beside the new ones; a directory that
+holds anything else is refused, before any model is loaded.
 
 Each test set is decoded once per model and setting. Scoring and language identification run in
 a small process pool (``--lid-workers``) while the next direction decodes.
@@ -40,7 +42,7 @@ from cll_scale.cli import (add_debug_argument, add_lid_arguments, non_negative_i
 from cll_scale.decoding import DecodeConfig
 from cll_scale.languages import Direction
 from cll_scale.manifest import Manifest
-from cll_scale.outputs import OutputError, check_apart, check_owner, json_text, write_atomic
+from cll_scale.outputs import json_text, result_dir, write_atomic
 from cll_scale.scoring import DirectionResult, ScoreJob, averages, score_job
 from cll_scale.translate import TranslateConfig, Translator
 
@@ -404,32 +406,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate only the first N of each direction (0: all)")
     p.add_argument("--ablate-lsl", action="store_true", help="also evaluate with the LSLs switched off (Tables 9-10)")
     p.add_argument("--omit-lang-tag", action="store_true",
-                   help="also evaluate the models trained with language tags without the tag (Table 8)")
+                   help="also evaluate the models trained with language tags without the tag (Table 8); "
+                        "refused when no model given was trained with tags")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
     add_lid_arguments(p)
     add_debug_argument(p)
     return p
 
 
+# What cll-eval writes into --out, which it replaces as a whole: the hypotheses of the models of
+# an earlier evaluation never stay beside a new one's.
+WRITES = ("results.json", "results.md", "bleu_offtarget.png", "t_weights.png", "hyps")
+
+
 def evaluate_cli(args) -> int:
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise OutputError(f"--out {args.out} is a file; give a directory for results.json, results.md and the plots")
     models = parse_models(args.model)
     check_file_names(models)
-    check_owner(args.out, "cll-eval")
-    check_apart(args.out, {"--data": args.data, "--corpus": args.corpus,
-                           **{f"--model {name}": path for name, path in models.items()}})
     device = pick_device(args.device)
-    cfg = TranslateConfig(DecodeConfig(beam=args.beam))
-    translators = {name: Translator.load(path, device, cfg) for name, path in models.items()}
-    languages = sorted({x for t in translators.values() for x in t.languages})
-    pairs = pairs_from_shards(args.data, args.split) if args.data else pairs_from_corpus(args.corpus, args.split, languages)
-    directions = [d.strip() for d in args.directions.split(",")] if args.directions is not None else None
-    with lid_pool(args.lid_workers) as pool:
-        report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
-                         args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr), lid=args.lid,
-                         pool=pool, hyps_out=Path(args.out) / "hyps", omit_lang_tag=args.omit_lang_tag)
-    print(write_report(report, args.out))
+    inputs = {"--data": args.data, "--corpus": args.corpus,
+              **{f"--model {name}": path for name, path in models.items()}}
+    with result_dir(args.out, "cll-eval", WRITES, inputs) as out:
+        cfg = TranslateConfig(DecodeConfig(beam=args.beam))
+        translators = {name: Translator.load(path, device, cfg) for name, path in models.items()}
+        if args.omit_lang_tag:
+            Translator.check_tags_to_omit({name: t.lang_tag for name, t in translators.items()})
+        languages = sorted({x for t in translators.values() for x in t.languages})
+        pairs = (pairs_from_shards(args.data, args.split) if args.data
+                 else pairs_from_corpus(args.corpus, args.split, languages))
+        directions = [d.strip() for d in args.directions.split(",")] if args.directions is not None else None
+        with lid_pool(args.lid_workers) as pool:
+            report = compare(translators, pairs, f"{args.data or args.corpus}:{args.split}", args.beam, directions,
+                             args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr),
+                             lid=args.lid, pool=pool, hyps_out=out / "hyps", omit_lang_tag=args.omit_lang_tag)
+        table = write_report(report, out)
+    print(table)
     print(f"BLEU signature: {report['bleu_signature']}")
     return 0
 

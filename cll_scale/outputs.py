@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -143,13 +144,17 @@ def check_stdin_apart(out: str | os.PathLike, out_flag: str = "--output") -> Non
 # Each command's output directory carries a marker that names its owner, so that one command never
 # replaces, resumes into or deletes (``--restart``) what another one wrote.
 SETTINGS = "settings.json"      # cll-bt, cll-extend: {"command": ..., "settings": ...}
+EXPORT = "export"               # an export/ (export.json): what cll-train, cll-bt and cll-extend write for inference
 
 
 def directory_owner(path: str | os.PathLike) -> str | None:
-    """Which of our commands wrote ``path``, by its marker; ``None`` for anything else."""
+    """Which of our commands wrote ``path``, by its marker (:data:`EXPORT` for an export); ``None``
+    for anything else."""
     path = Path(path)
     if not path.is_dir():
         return None
+    if (path / "export.json").is_file():       # before manifest.json: an export carries a copy of it
+        return EXPORT
     settings = path / SETTINGS
     if settings.is_file():
         try:
@@ -173,7 +178,8 @@ def check_owner(out: str | os.PathLike, prog: str, out_flag: str = "--out") -> N
     ``--overwrite``: the message names its owner."""
     owner = directory_owner(out)
     if owner is not None and owner != prog:
-        raise OutputError(f"{out_flag} {out} holds a {owner} run, not a {prog} one; {prog} never writes into "
+        what = "an export (export.json)" if owner == EXPORT else f"a {owner} run"
+        raise OutputError(f"{out_flag} {out} holds {what}, not a {prog} one; {prog} never writes into "
                           f"another command's directory: choose another {out_flag}")
 
 
@@ -226,19 +232,26 @@ def share_modes(root: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(out: Path, replace: bool = False):
+def atomic_dir(out: Path, replace: bool = False, name: str | None = None):
     """Yield a temporary sibling of ``out``, renamed to ``out`` when the block succeeds and
     removed when it fails: a directory is either complete or absent. With ``replace`` an existing
     ``out`` is exchanged for the new one in one step once the new one is complete. Callers decide
     beforehand, with ``check_output``, that an existing ``out`` is theirs to replace. Only what
     existed when the block began is replaced: an ``out`` that another process created meanwhile
-    (two builds into one new directory) is refused, never overwritten."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(out)
-    existed = replace and out.exists()
+    (two builds into one new directory) is refused, never overwritten. ``name``: how the user
+    gave ``out`` (``--out data/x``), for the error when ``out`` cannot be written at all."""
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(out)
+        existed = replace and out.exists()
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as err:      # read-only or immutable folder, no permission, a file on the way, disk full
+        # Named as the user gave it: the temporary sibling is ours, and means nothing to them.
+        where = next(p for p in tmp.parents if p.exists())       # the nearest folder (or file) there is
+        why = err.strerror if where.is_dir() else "a file, not a directory"
+        raise OSError(f"{name or out} cannot be written: {where}: {why}") from err
     appeared = FileExistsError(f"{out} appeared while it was being built (another process writing it?); "
                                "nothing was replaced")
     try:
@@ -348,3 +361,63 @@ class DirLock:
         if self.made_dir:
             with contextlib.suppress(OSError):
                 self.dir.rmdir()            # only if it is still empty
+
+
+def _ours(name: str, names: Iterable[str]) -> bool:
+    """``name`` is one of ``names`` (``*`` a run of digits: ``heatmap-*.png``), the lock, or a
+    temporary file of :func:`write_atomic` left by a killed writer."""
+    if name == DirLock.NAME or (name.startswith(".") and name.endswith(".tmp")):
+        return True
+    return any(re.fullmatch(re.escape(n).replace(r"\*", r"\d+"), name) for n in names)
+
+
+@contextlib.contextmanager
+def result_dir(out: str | os.PathLike, prog: str, writes: Iterable[str],
+               inputs: dict[str, str | os.PathLike | None], out_flag: str = "--out"):
+    """The directory of a command that writes its result as a whole (cll-eval, cll-analyze), owned
+    as every output is. Before the block, so before any work: ``out`` is refused if it is a file,
+    an input (:func:`check_apart`), another command's directory (:func:`check_owner`) or holds
+    anything but ``writes`` (the entries ``prog`` makes; it is replaced as a whole, and a user's
+    file in it would be lost); it is locked (:class:`DirLock`: a second process is refused), and
+    writability is proven by making the lock and the new directory. The block writes into the
+    yielded temporary directory, which replaces ``out`` in one step when the block ends well
+    (:func:`atomic_dir`): no file of an earlier result survives beside the new one (heat maps of
+    more sentences, hypotheses of other models). On failure ``out`` stays as it was, and a
+    directory the lock made is removed."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise OutputError(f"{out_flag} {out} is a file; give a directory")
+    check_owner(out, prog, out_flag)            # first, as every command: whose directory it is says most
+    resolved = check_apart(out, inputs, out_flag)
+    writes = tuple(writes)
+    if resolved.is_dir():
+        foreign = [p.name for p in resolved.iterdir() if not _ours(p.name, writes)]
+        if foreign:
+            raise OutputError(f"{out_flag} {out} holds what {prog} did not write: {_listing(resolved, foreign)}; "
+                              f"{prog} replaces its directory as a whole: move those away or choose another "
+                              f"{out_flag}")
+    try:
+        lock = DirLock(resolved, f"{prog} run").acquire()
+    except OSError as err:
+        raise _unwritable(err, out, out_flag) from None
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                tmp = stack.enter_context(atomic_dir(resolved, replace=True))     # its sibling: the parent
+            except OSError as err:
+                raise _unwritable(err, out, out_flag) from None
+            yield tmp
+    except BaseException:
+        lock.abandon()
+        raise
+    lock.release()
+
+
+def _unwritable(err: OSError, out, out_flag: str) -> OSError:
+    """The file system's refusal of ``out`` (exit 3), said as for a shard build: the flag as the
+    user typed it, the nearest path there is, and why."""
+    if isinstance(err.__cause__, OSError):      # atomic_dir's own wording: say it of the flag instead
+        err = err.__cause__
+    path = Path(err.filename or out).absolute()         # what was refused: the output, its lock or its sibling
+    where = next(p for p in (path, *path.parents) if p.exists())
+    why = err.strerror or str(err) if where.is_dir() else "a file, not a directory"
+    return OSError(f"{out_flag} {out} cannot be written: {where}: {why}; nothing was computed")

@@ -183,10 +183,19 @@ def trained_precision(run_dir: Path) -> str | None:
     return precision(json.loads(path.read_text())) if path.is_file() else None
 
 
-def planned_precision(recipe: Path, overrides: list[str]) -> tuple[str, str]:
-    """The precision cll-train trains (or resumes) a recipe in on this machine, and why."""
+def planned_precision(recipe: Path, overrides: list[str], asked: str = "auto") -> tuple[str, str]:
+    """The precision cll-train trains (or resumes) a recipe in on this machine, and why, named
+    where it comes from: ``asked`` (cll-repro's ``--precision``, which decides over the recipe as
+    it does for the trainings cll-repro starts), an override of ``train.ds_config`` (``--set``),
+    the recipe, or ``auto``'s choice for this machine."""
+    if asked != "auto":
+        path, _ = resolve_ds_config(ds_config_of(asked))
+        return precision(json.loads(path.read_text())), f"--precision {asked}"
     train = apply_overrides(load_recipe(recipe), overrides).get("train", {})
-    path, why = resolve_ds_config(train.get("ds_config", TrainConfig.ds_config))
+    value = train.get("ds_config", TrainConfig.ds_config)
+    path, why = resolve_ds_config(value)
+    if str(value) != "auto" and any(o.partition("=")[0].strip() == "train.ds_config" for o in overrides):
+        why = f"--set train.ds_config={value}"
     return precision(json.loads(path.read_text())), why
 
 

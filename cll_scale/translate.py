@@ -169,6 +169,17 @@ class Translator:
             raise ValueError("this model was trained without language tags (data.add_lang_tag: false); "
                              "there is no tag to omit")
 
+    @staticmethod
+    def check_tags_to_omit(lang_tags: dict[str, bool]) -> None:
+        """``--omit-lang-tag`` over several models (cll-eval, cll-analyze attention) adds the case
+        of the tag omitted to each model trained with tags and says so of the others; where none
+        was trained with tags it would add nothing at all, and is refused as for one model
+        (:meth:`check_omit_tag`). ``lang_tags``: model name -> trained with tags."""
+        if lang_tags and not any(lang_tags.values()):
+            which = (f"the model {next(iter(lang_tags))} was trained without language tags" if len(lang_tags) == 1
+                     else f"none of the models ({', '.join(lang_tags)}) was trained with language tags")
+            raise ValueError(f"--omit-lang-tag: {which} (data.add_lang_tag: false); there is no tag to omit")
+
     def encode(self, text: str, tgt: str, omit_tag: bool = False) -> list[int]:
         """Source ids as the model was trained: ``<tgt> source </s>``, or ``source </s>`` for a
         model trained without tags. ``omit_tag`` drops the tag of a model trained with it (paper

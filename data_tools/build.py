@@ -6,11 +6,13 @@ place at the very end, so an interrupted or failed build never looks complete, a
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -210,24 +212,40 @@ def shard_dir_strangers(path: Path) -> list[str] | None:
 
 
 def build_shards(corpus: Corpus, cfg: BuildConfig, clock: StageClock | None = None) -> Manifest:
-    """Build into ``cfg.out_dir``. An existing output is replaced only with ``overwrite`` and only
-    when it is a shard build holding nothing else; an output overlapping the corpus is refused.
+    """Build ``corpus`` into ``cfg.out_dir`` (see :func:`shard_output` for what is refused).
 
     ``clock`` (data_tools.clock) gets the build's stages: SentencePiece's (``spm_read``,
     ``spm_sample``, ``spm_train``; none with a given model), the encode pass's (``read``,
     ``encode``, ``filter``, ``write``) and ``finish``, the rest of the build's wall time (checks,
     tokenizer hash, manifest, the rename into place)."""
     clock = clock or StageClock()
+    with shard_output(cfg, corpus.path, clock) as tmp:
+        return build_into(corpus, cfg, tmp, clock)
+
+
+@contextlib.contextmanager
+def shard_output(cfg: BuildConfig, input_path: str, clock: StageClock) -> Iterator[Path]:
+    """The temporary directory a build writes, renamed to ``cfg.out_dir`` when the block succeeds.
+    Refused before the block, so before a caller reads a large corpus in it: an existing output
+    without ``overwrite``, or one that is not a shard build holding nothing else; an output
+    overlapping the input; an output that cannot be written (named by ``--out`` as given).
+    ``clock`` gets ``finish``: the block's wall time that no stage counted."""
     start, before = clock.timer(), clock.total()
-    out = check_output(cfg.out_dir, inputs=[corpus.path], overwrite=cfg.overwrite, kind="shard directory",
+    out = check_output(cfg.out_dir, inputs=[input_path], overwrite=cfg.overwrite, kind="shard directory",
                        strangers=shard_dir_strangers)
-    with atomic_dir(out, replace=True) as tmp:
-        manifest = _build_into(corpus, cfg, tmp, clock)
+    made = [p for p in out.parents if not p.exists()]      # deepest first: the folders atomic_dir will make
+    try:
+        with atomic_dir(out, replace=True, name=f"--out {cfg.out_dir}") as tmp:
+            yield tmp
+    except BaseException:
+        for folder in made:         # a corpus refused in the block leaves no empty folders behind
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     clock.add("finish", clock.timer() - start - (clock.total() - before))
-    return manifest
 
 
-def _build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path, clock: StageClock) -> Manifest:
+def build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path, clock: StageClock) -> Manifest:
     if cfg.spm_model:
         check_sentencepiece(cfg.spm_model, corpus.languages)
         shutil.copyfile(cfg.spm_model, tmp / "spm.model")

@@ -17,7 +17,7 @@ import sys
 from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, finite_float, non_negative_int, run
 from cll_scale.languages import Direction, strict_dependence, targets_by_source
 from cll_scale.manifest import Manifest
-from data_tools.build import BuildConfig, build_shards
+from data_tools.build import BuildConfig, build_into, shard_output
 from data_tools.clock import StageClock
 from data_tools.sources import CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
 from data_tools.synth import synthesize
@@ -44,10 +44,11 @@ def read_corpus(args) -> object:
 
 
 def cmd_build(args) -> int:
-    clock = StageClock()
-    with clock.stage("scan"):            # line counts and the UTF-8 check of every input file
-        corpus = read_corpus(args)
-    manifest = build_shards(corpus, config_from_args(BuildConfig, args), clock)
+    clock, cfg = StageClock(), config_from_args(BuildConfig, args)
+    with shard_output(cfg, args.input, clock) as tmp:    # a refused --out costs no reading of the corpus
+        with clock.stage("scan"):            # line counts and the UTF-8 check of every input file
+            corpus = read_corpus(args)
+        manifest = build_into(corpus, cfg, tmp, clock)
     print(f"wrote {args.out_dir} in {clock.format()}")
     print(format_table(manifest))
     return 0

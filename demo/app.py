@@ -20,6 +20,7 @@ for _key, _value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "
 
 import argparse  # noqa: E402
 import copy  # noqa: E402
+import csv  # noqa: E402
 import html  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -44,6 +45,14 @@ WHY_COMPONENTS = ("ffn2", "lsl2")      # the FFN's and the LSL's whole outputs: 
 def direction_kind(translator: Translator, src: str, tgt: str) -> str:
     kind = translator.manifest.kind(Direction(src, tgt))
     return "unseen in training" if kind == UNSEEN else kind
+
+
+def cannot_translate(name: str, translator: Translator, tgt: str) -> str | None:
+    """Why model ``name`` has no output in ``tgt``, or None when it knows ``tgt``: the one wording of
+    every tab (Translate, Why, Batch) and of the Batch tab's TSV, which is why it is plain text."""
+    if tgt in translator.languages:
+        return None
+    return f"{name} cannot translate into {tgt} (it knows {', '.join(translator.languages)})"
 
 
 @lru_cache(maxsize=8)
@@ -111,9 +120,9 @@ class Demo:
         if msg := self.too_long(text):
             return [item for _ in self.translators for item in ("", msg)]
         out = []
-        for t in self.translators.values():
-            if tgt not in t.languages:
-                out += ["", f"**this model cannot translate into `{tgt}` ** (it knows {', '.join(t.languages)})"]
+        for name, t in self.translators.items():
+            if lacks := cannot_translate(name, t, tgt):
+                out += ["", f"**{lacks}**"]
                 continue
             hyp = t.translate([text], tgt, use_lsl=not lsl_off, omit_tag=omit_tag and t.lang_tag)[0]
             note = ""
@@ -137,8 +146,8 @@ class Demo:
         if name not in self.translators:
             return f"**unknown model `{name}`**; choose one of {', '.join(self.translators)}", ""
         t = self.translators[name]
-        if tgt not in t.languages:
-            return f"**`{name}` cannot translate into `{tgt}`** (it knows {', '.join(t.languages)})", ""
+        if lacks := cannot_translate(name, t, tgt):
+            return f"**{lacks}**", ""
         if not text:
             return "Type a sentence to explain.", ""
         steps = int(steps)
@@ -153,7 +162,10 @@ class Demo:
         return why_summary(name, t, result, src, steps), why_table(result)
 
     def batch(self, file, refs, tgt: str, lsl_off: bool = False) -> tuple[str, str | None]:
-        """Translate an uploaded file with every model; off-target rate and, with references, BLEU."""
+        """Translate an uploaded file with every model; off-target rate and, with references, BLEU.
+        A model that lacks ``tgt`` says so in its row and its column, as on the Translate tab; the
+        others are still translated. The TSV beside the upload is written by ``csv`` (excel-tab):
+        a tab, quote or line break inside a sentence or an output is quoted, not a new column."""
         if file is None:
             return "Upload a text file (one sentence per line).", None
         lines = Path(file).read_text(encoding="utf-8", errors="replace").split("\n")
@@ -169,18 +181,24 @@ class Demo:
                 return (f"**References do not match the sentences**: {len(lines):,} sentence lines but "
                         f"{len(references):,} reference lines; upload files with one line per sentence each."), None
         rows = ["| model | off-target | BLEU |", "|---|---:|---:|"]
-        columns = {}
+        notes, columns = [], {}
         for name, t in self.translators.items():
+            if lacks := cannot_translate(name, t, tgt):
+                rows.append(f"| {name} | – | – |")
+                notes.append(f"**{lacks}**")
+                columns[name] = [lacks] * len(lines)
+                continue
             hyps = t.translate(lines, tgt, use_lsl=not lsl_off)
             off = sum(detect(h, t.languages) != tgt for h in hyps if h) / max(1, sum(1 for h in hyps if h))
             bleu = f"{sacrebleu.corpus_bleu(hyps, [references]).score:.2f}" if references else "– (no references)"
             rows.append(f"| {name} | {100 * off:.1f}% | {bleu} |")
             columns[name] = hyps
         out = Path(file).with_suffix(".translations.tsv")
-        header = "\t".join(["source", *columns])
-        body = ["\t".join([src, *(columns[n][i] for n in columns)]) for i, src in enumerate(lines)]
-        out.write_text("\n".join([header, *body]) + "\n", encoding="utf-8")
-        return "\n".join(rows), str(out)
+        with out.open("w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f, dialect="excel-tab")    # its \r\n ends rows, so a lone \r is quoted too
+            writer.writerow(["source", *columns])
+            writer.writerows([src, *(columns[n][i] for n in columns)] for i, src in enumerate(lines))
+        return "\n\n".join(["\n".join(rows), *notes]), str(out)
 
     def t_plot(self):
         import matplotlib

@@ -15,6 +15,7 @@ bytes follow matplotlib's version).
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 import shlex
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.cli import add_debug_argument, run  # noqa: E402
 from cll_scale.evaluate import lid_pool  # noqa: E402
 from cll_scale.repro.cli import build_parser, study_of  # noqa: E402
 from cll_scale.repro.evaluations import Evaluations  # noqa: E402
@@ -32,6 +34,7 @@ from cll_scale.repro.records import finished, is_record  # noqa: E402
 from cll_scale.repro.study import Reproduction  # noqa: E402
 
 COMMAND = re.compile(r"^Command: `(cll-repro .*)`$", re.M)
+PROG = "rewrite_reports.py"
 
 
 def with_records(results: Path) -> list[Path]:
@@ -41,24 +44,40 @@ def with_records(results: Path) -> list[Path]:
 
 
 def rewrite(report: Path, scratch: Path) -> tuple[Path, list[str]]:
-    """The report written again under ``scratch``, and the files that differ from the committed ones."""
+    """The report written again under ``scratch``, and the files that differ from the committed ones.
+    What cannot be rewritten is a ValueError naming the report: no ``Command:`` line, a command
+    that today's cll-repro refuses (a variant without a recipe), no model left to rewrite it from."""
+    if not report.is_file():
+        raise FileNotFoundError(errno.ENOENT, "no such report", str(report))
     command = COMMAND.search(report.read_text(encoding="utf-8"))
     if not command:
-        raise ValueError(f"{report}: no `Command: cll-repro ...` line")
+        raise ValueError(f"{report}: no `Command: cll-repro ...` line, so there is nothing to rewrite it with")
     argv = shlex.split(command.group(1))[1:]
-    study = study_of(build_parser().parse_args(argv), argv)
-    study.out = scratch
-    kept = report.with_suffix("")
-    for part in ("records", "evaluated"):
-        if (kept / part).is_dir():
-            shutil.copytree(kept / part, scratch / kept.name / part)
-    r = Reproduction(study)
+    parser = build_parser()
+
+    def refuse(message: str):       # argparse's way would print cll-repro's usage and exit
+        raise ValueError(message)
+    parser.error = refuse
+    try:
+        study = study_of(parser.parse_args(argv), argv)
+        study.out = scratch
+        kept = report.with_suffix("")
+        for part in ("records", "evaluated"):
+            if (kept / part).is_dir():
+                shutil.copytree(kept / part, scratch / kept.name / part)
+        r = Reproduction(study)
+    except ValueError as err:
+        raise ValueError(f"{report}: its Command: line cannot be run today: {err}") from None
     with lid_pool(0) as pool:
         r.evaluations = Evaluations(study.evaluation, r.shards, r.figs, pool)
         for name, run_dir in r.runs.items():
             # a record, or a finished run still on this machine (its evaluation is cached too)
             if is_record(run_dir) or finished(run_dir, study.budget):
                 r.settle(name)
+        if not r.evaluations.done:
+            raise ValueError(f"{report}: none of its {len(r.runs)} models has a record in {kept / 'records'} or a "
+                             f"finished run in {study.runs_root}: nothing to rewrite it from (were its records "
+                             f"moved away?)")
         path = r.report()
     differ = [p.name for p in [path, *sorted(r.figs.glob("*.json"))]
               if p.read_bytes() != (report.parent / p.relative_to(scratch)).read_bytes()]
@@ -69,17 +88,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("reports", nargs="*", type=Path)
     p.add_argument("--all", action="store_true", help="every report under docs/results with records")
+    add_debug_argument(p)
     args = p.parse_args(argv)
     reports = with_records(ROOT / "docs" / "results") if args.all else args.reports
     if not reports:
         p.error("name reports, or --all")
-    bad = 0
-    for report in reports:
-        with tempfile.TemporaryDirectory() as tmp:
-            _, differ = rewrite(report.resolve(), Path(tmp))
-        print(f"{report}: " + ("byte-identical" if not differ else f"DIFFERS: {', '.join(differ)}"))
-        bad += bool(differ)
-    return 1 if bad else 0
+
+    def body() -> int:
+        bad = 0
+        for report in reports:
+            with tempfile.TemporaryDirectory() as tmp:
+                _, differ = rewrite(report.resolve(), Path(tmp))
+            print(f"{report}: " + ("byte-identical" if not differ else f"DIFFERS: {', '.join(differ)}"))
+            bad += bool(differ)
+        return 1 if bad else 0
+    return run(PROG, body, args.debug)
 
 
 if __name__ == "__main__":

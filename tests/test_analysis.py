@@ -170,3 +170,169 @@ def test_cll_analyze_attribution_and_attention(tiny_export, tagless_export, m30k
     assert analyze_main(["attention", "--model", str(tiny_export), "--data", str(m30k_centered),
                          "--direction", "de-fr", "--index", "5000", "--out", str(tmp_path / "x")]) == 2
     assert "cll-train run" in capsys.readouterr().err
+
+
+# -- issue 51: cll-analyze owns its output and checks its flags and sizes before any work -----------
+
+def analyze(capsys, *argv):
+    """cll-analyze in this process: (exit code, stderr)."""
+    code = analyze_main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture()
+def no_model_loaded(monkeypatch):
+    """A refusal "before any work" is one that comes before the first model is loaded."""
+    def loaded(*args, **kwargs):
+        pytest.fail("a model was loaded before the refusal")
+    monkeypatch.setattr(Translator, "load", loaded)
+
+
+def attribution_of(export, shards, out, sentences, heatmaps=None):
+    return ["attribution", "--model", export, "--data", shards, "--direction", "de-fr", "--reference",
+            "--steps", "2", "--sentences", sentences, "--heatmaps", heatmaps or sentences, "--out", out]
+
+
+@pytest.mark.parametrize("second, left", [
+    ("fewer sentences", {"analysis.json", "analysis.md", "sentences.json", "heatmap-0.png"}),    # issue 51 row 13
+    ("attention", {"analysis.json", "encoder.png", "cross.png"}),                                # issue 51 row 14
+])
+def test_a_rerun_leaves_only_its_own_files_in_the_directory(tiny_export, m30k_centered, tmp_path, capsys, second,
+                                                            left):
+    out = tmp_path / "D"
+    assert analyze(capsys, *attribution_of(tiny_export, m30k_centered, out, 3))[0] == 0
+    assert {"heatmap-1.png", "heatmap-2.png"} <= {p.name for p in out.iterdir()}
+    argv = (attribution_of(tiny_export, m30k_centered, out, 1) if second == "fewer sentences" else
+            ["attention", "--model", tiny_export, "--data", m30k_centered, "--direction", "de-fr", "--out", out])
+    assert analyze(capsys, *argv)[0] == 0
+    assert {p.name for p in out.iterdir()} == left
+    if second == "fewer sentences":
+        assert len(json.loads((out / "sentences.json").read_text())) == 1
+    else:
+        assert "cases" in json.loads((out / "analysis.json").read_text())
+    assert [p.name for p in tmp_path.iterdir()] == ["D"]                 # no temporary left beside it
+
+
+def test_a_directory_in_use_by_another_analysis_is_refused(tiny_export, m30k_centered, tmp_path, capsys,
+                                                           no_model_loaded):
+    """Issue 51 row 15: two analyses into one --out at once; the second is refused, not the last writer."""
+    from cll_scale.outputs import DirLock
+    out = tmp_path / "an" / "cc"
+    running = DirLock(out, "cll-analyze run").acquire()          # the first analysis, still at work
+    try:
+        code, err = analyze(capsys, *attribution_of(tiny_export, m30k_centered, out, 1))
+    finally:
+        running.release()
+    assert code == 2 and "cll-analyze: error:" in err and f"{out} is in use by pid {os.getpid()}" in err, err
+    assert [p.name for p in out.iterdir()] == [".lock"]           # the first one's lock, nothing written
+
+
+@pytest.mark.parametrize("memory, argv, message", [
+    # issue 51 row 12: numpy asked for 7.28 TiB; 16 GiB available allow 8 GiB, 16 · 23170² bytes of quadrature
+    (16 * 2 ** 30, ["--steps", "1000000", "--text", SENTENCE, "--tgt-lang", "fr"],
+     r"--steps 1000000 needs 14\.6 TiB for the integration's quadrature alone, more than the 8\.0 GiB cll-analyze "
+     r"allows itself \(50% of the memory available\); --steps at most 23170 fits"),
+    # one integration step of a sentence: the budget holds a target one token shorter than the reference
+    (None, ["--data", "SHARDS", "--direction", "de-fr", "--reference", "--sentences", "1", "--steps", "2"],
+     r"sentence 1 of --direction de-fr: the reference has (\d+) tokens, and one integration step of them needs "
+     r".* more than the .* cll-analyze allows itself \(50% of the memory available\); the longest target that "
+     r"fits is (\d+) tokens"),
+], ids=["steps", "sentence length"])
+def test_attribution_too_large_for_memory_is_refused_naming_the_largest_that_fits(
+        tiny_export, m30k_centered, tmp_path, capsys, monkeypatch, memory, argv, message):
+    import re
+    import cll_scale.analysis as analysis
+    if memory is None:
+        tr = Translator.load(tiny_export)
+        src, ref = (x[0] for x in pairs_from_shards(m30k_centered, "test_2016_flickr")["de-fr"])
+        ex = prepare(tr, src, "fr", ref)
+        s, t = ex.src_tokens.shape[1], ex.target.shape[1]
+        memory = 2 * analysis.step_bytes(tr.model.cfg, s, t - 1)           # MEMORY_SHARE is a half
+    else:
+        monkeypatch.setattr(Translator, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(analysis, "available_memory", lambda device="cpu": memory)
+    out = tmp_path / "an"
+    code, err = analyze(capsys, "attribution", "--model", tiny_export, "--out", out,
+                        *[str(m30k_centered) if a == "SHARDS" else a for a in argv])
+    line = next(x for x in err.splitlines() if x.startswith("cll-analyze: error:"))
+    found = re.search(message, line)
+    assert code == 2 and found, line
+    if found.groups():
+        assert [int(x) for x in found.groups()] == [t, t - 1]
+    assert "[cll-analyze] 1/" not in err and not out.exists()            # no sentence attributed, nothing left
+
+
+def test_attribution_takes_as_many_steps_at_a_time_as_fit_with_the_same_result(tiny_export):
+    """What fits in memory decides how many integration steps go through the model at once, not
+    the values: memory no longer grows with --steps."""
+    from cll_scale.analysis import MemoryBudget, step_bytes
+    tr = Translator.load(tiny_export)
+    ex = prepare(tr, SENTENCE, "fr", "Un homme fait du vélo dans la rue.")
+    t = ex.target.shape[1]
+    step = step_bytes(tr.model.cfg, ex.src_tokens.shape[1], t)
+    rows = []           # the rows of each pass through the model
+    hook = tr.model.encoder[0].register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+    try:
+        whole = attribute(tr.model, ex, 8, components=("ffn2", "lsl2"), budget=MemoryBudget(2 ** 40, 2 ** 40))
+        assert max(rows) == 8 * t
+        rows.clear()
+        parts = attribute(tr.model, ex, 8, components=("ffn2", "lsl2"), budget=MemoryBudget(2 ** 40, 3 * step))
+        assert max(rows) == 3 * t
+    finally:
+        hook.remove()
+    for name in ("ffn2", "lsl2"):
+        for a, b in zip(whole.values[name], parts.values[name]):
+            assert a == pytest.approx(b, abs=1e-5)
+    assert parts.max_abs_delta() == pytest.approx(whole.max_abs_delta(), abs=1e-5)
+    with pytest.raises(ValueError, match=r"needs .* per integration step, more than the .* allowed; the longest"):
+        attribute(tr.model, ex, 8, budget=MemoryBudget(2 ** 40, step - 1))
+
+
+@pytest.mark.parametrize("analysis, argv, message", [
+    # issue 51 row 20: --direction was silently ignored for --text
+    ("attribution", ["--data", "SHARDS", "--direction", "de-fr", "--text", "Hallo Welt.", "--tgt-lang", "cs"],
+     "--direction de-fr and --text both choose the sentences"),
+    ("attention", ["--data", "SHARDS", "--direction", "de-fr", "--text", "Hallo Welt.", "--tgt-lang", "cs"],
+     "--direction de-fr and --text both choose the sentences"),
+    ("attribution", ["--data", "SHARDS", "--direction", "de-fr", "--tgt-lang", "cs"],
+     "--tgt-lang cs disagrees with --direction de-fr, whose target is fr"),
+])
+def test_flags_that_disagree_about_the_sentences_are_refused_before_any_work(tiny_export, m30k_centered, tmp_path,
+                                                                           capsys, no_model_loaded, analysis, argv,
+                                                                           message):
+    out = tmp_path / "an"
+    code, err = analyze(capsys, analysis, "--model", tiny_export, "--out", out,
+                        *[str(m30k_centered) if a == "SHARDS" else a for a in argv])
+    assert code == 2 and f"cll-analyze: error: {message}" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["cll-eval", "cll-analyze attention"])
+def test_omitting_the_tag_of_models_that_have_none_is_refused(tagless_export, tiny_export, m30k_centered, tmp_path,
+                                                              capsys, command):
+    """Issue 51's note: --omit-lang-tag adds the tag-omitted case to each model trained with tags and
+    says so of the others; asked of tagless models only, it would add nothing: refused, as for one
+    model in cll-translate."""
+    from cll_scale.evaluate import main as eval_main
+    out = tmp_path / "out"
+
+    def run(*models):
+        if command == "cll-eval":
+            code = eval_main([*[a for m in models for a in ("--model", m)], "--data", str(m30k_centered),
+                              "--split", "test_2016_flickr", "--directions", "en-de", "--max-sentences", "1",
+                              "--beam", "1", "--lid-workers", "0", "--omit-lang-tag", "--out", str(out)])
+        else:
+            code = analyze_main(["attention", *[a for m in models for a in ("--model", m)], "--text", SENTENCE,
+                                 "--tgt-lang", "fr", "--omit-lang-tag", "--out", str(out)])
+        return code, capsys.readouterr().err
+    code, err = run(f"n={tagless_export}")
+    assert code == 2 and "--omit-lang-tag: the model n was trained without language tags" in err, err
+    assert not out.exists()
+    code, err = run(f"n={tagless_export}", f"m={tagless_export}")
+    assert code == 2 and "none of the models (n, m) was trained with language tags" in err, err
+    code, err = run(f"n={tagless_export}", f"t={tiny_export}")          # a tagged one: its case is added
+    assert code == 0, err
+    if command == "cll-eval":
+        assert set(json.loads((out / "results.json").read_text())["models"]) == {"n", "t", "t" + TAG_OMITTED}
+        assert "n: trained without language tags, so no 'tag omitted' entry" in err

@@ -296,6 +296,37 @@ def test_download_overwrite_replaces_only_a_multi30k_download(tmp_path, capsys):
     assert code == 2 and "not a Multi30k download" in err and (victim / "data.csv").read_text() == "mine"
 
 
+def test_an_output_that_cannot_be_written_is_named_by_out_before_the_corpus_is_read(small_multiway, tmp_path,
+                                                                                   capsys, monkeypatch):
+    """Issue 51's build note: a build into an immutable directory named its temporary
+    `.x.tmp-PID` folder, after scanning the whole corpus. Now one line names `--out` as given and
+    says it cannot be written, and the corpus is never read. A file on the way refuses the
+    directory for every user; a read-only folder only for one who is not root. A corpus refused
+    after that check leaves no folder behind either."""
+    import os
+    import data_tools.cli
+    from cll_scale.cli import EXIT_FILES, EXIT_INPUT
+
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(main, ["build", "--input", "nosuch", "--out", "new/deep/x"], capsys)
+    assert code == EXIT_INPUT and "nosuch" in err and not (tmp_path / "new").exists()
+
+    def no_reading(args):
+        raise AssertionError("the corpus was read before --out was known to be writable")
+    monkeypatch.setattr(data_tools.cli, "read_corpus", no_reading)
+    (tmp_path / "afile").write_text("keep")
+    readonly = tmp_path / "ro"
+    readonly.mkdir(mode=0o555)
+    refused = {"afile/x": f"{tmp_path / 'afile'}: a file, not a directory",
+               "afile/y/x": f"{tmp_path / 'afile'}: a file, not a directory"}
+    if not os.access(readonly, os.W_OK):                 # root writes into a 0555 folder anyway
+        refused["ro/x"] = f"{readonly}: Permission denied"
+    for out, why in refused.items():
+        code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", out], capsys)
+        assert code == EXIT_FILES and err == f"cll-shards: error: --out {out} cannot be written: {why}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "ro", "small"] and not any(readonly.iterdir())
+
+
 def test_failed_build_leaves_nothing_and_keeps_the_old_output(small_multiway, tmp_path, monkeypatch):
     out = tmp_path / "o"
     build_shards(read_multiway(small_multiway, "centered"), BuildConfig(out_dir=str(out), vocab_size=1200))

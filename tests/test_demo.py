@@ -10,6 +10,7 @@ import pytest
 from cll_scale.engine import free_port
 from cll_scale.langid import Lingua, detect
 from tests.conftest import ROOT
+from tests.test_misuse import triangle_export  # noqa: F401 - a second model: de, fr, cs, no en
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -196,3 +197,52 @@ def test_tampered_model_is_refused_and_nothing_is_pickled(tiny_export, tmp_path,
     assert main(["--model", f"fcll={bad}", "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert "model.safetensors" in err and "refusing to load" in err
+
+
+# -- issue 51, class E: the Batch tab ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_conditions(tiny_export, triangle_export):
+    """The demo of the issue: `fcll` trained on the triangle (de, fr, cs), `cbase` centered on en."""
+    from demo.app import Demo
+    return Demo({"fcll": str(triangle_export[0]), "cbase": str(tiny_export)})
+
+
+def batch_file(path: Path, lines: list[str]) -> str:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def read_tsv(path: str) -> list[list[str]]:
+    import csv
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.reader(f, delimiter="\t"))
+
+
+def test_batch_says_per_model_which_cannot_translate_into_the_target(two_conditions, tmp_path):
+    """Issue 51 #26: target `en`, which `fcll` lacks. The batch is not lost: `cbase` is translated
+    as always, and `fcll`'s row and TSV column say, naming the model and the language, that it
+    cannot translate into `en`, in the words of the Translate tab."""
+    demo = two_conditions
+    fcll, cbase = demo.translators["fcll"], demo.translators["cbase"]
+    assert "en" not in fcll.languages and "en" in cbase.languages
+    lacks = f"fcll cannot translate into en (it knows {', '.join(fcll.languages)})"
+    lines = ["Ein Hund rennt.", "Eine Katze schläft auf dem Sofa."]
+    table, path = demo.batch(batch_file(tmp_path / "src.txt", lines), None, "en")
+    assert "| fcll | – | – |" in table and f"**{lacks}**" in table
+    assert any(row.startswith("| cbase | ") and "%" in row for row in table.splitlines())
+    assert read_tsv(path) == [["source", "fcll", "cbase"],
+                              *([line, lacks, hyp] for line, hyp in zip(lines, cbase.translate(lines, "en")))]
+    translated = demo.translate(lines[0], "de", "en")        # the Translate tab: the same words
+    assert translated[:2] == ["", f"**{lacks}**"] and "de→en" in translated[3]
+
+
+def test_batch_tsv_reads_back_exactly_whatever_the_lines_hold(two_conditions, tmp_path):
+    """Issue 51 #27: a line with a tab (or a quote) stays one field: a `csv.reader` with
+    delimiter tab gets back each input line and each model's output, three fields a row."""
+    demo = two_conditions
+    lines = ["Ein Hund\trennt.", 'Er sagt "Hallo".', '"', "Eine Katze."]
+    _, path = demo.batch(batch_file(tmp_path / "src.txt", lines), None, "fr")
+    outputs = {name: t.translate(lines, "fr") for name, t in demo.translators.items()}
+    assert read_tsv(path) == [["source", "fcll", "cbase"],
+                              *([line, outputs["fcll"][i], outputs["cbase"][i]] for i, line in enumerate(lines))]

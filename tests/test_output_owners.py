@@ -197,3 +197,68 @@ def test_a_refused_command_leaves_no_lock_and_a_removed_lock_is_not_trusted(m30k
     second = DirLock(kept, "test").acquire()          # locks the file that exists now, not the removed one
     assert os.fstat(second.fd).st_ino == os.stat(kept / DirLock.NAME).st_ino
     second.release()
+
+
+# -- issue 51, build note: an output that cannot be written is named as the user gave it -------------
+
+def test_an_atomic_output_that_cannot_be_written_names_itself_not_its_temporary_folder(tmp_path):
+    """Every command's atomic directory (shards, exports, extensions, back-translations): when its
+    temporary sibling cannot be made, the error names the output (by the caller's ``name``, e.g.
+    ``--out x``) and the folder that refused it, never the ``.x.tmp-PID`` the user did not ask for."""
+    (tmp_path / "afile").write_text("keep")
+    out = tmp_path / "afile" / "export"
+    for name, shown in ((None, str(out)), ("--run-dir r", "--run-dir r")):
+        with pytest.raises(OSError) as err, atomic_dir(out, replace=True, name=name):
+            pytest.fail("the block ran although the output cannot be written")
+        assert str(err.value) == f"{shown} cannot be written: {tmp_path / 'afile'}: a file, not a directory"
+        assert ".tmp-" not in str(err.value)
+    assert [p.name for p in tmp_path.iterdir()] == ["afile"] and (tmp_path / "afile").read_text() == "keep"
+
+
+# -- issue 51 (class C): cll-analyze and cll-eval own their output as the other commands do ---------
+
+def test_an_export_is_named_as_an_export(tiny_export, m30k_centered, tmp_path, capsys):
+    """Issue 51 row 19: an export (export.json, with a copy of the shards' manifest.json) was
+    named "a cll-shards build run"."""
+    import shutil
+    from cll_scale.analyze import main as analyze_main
+    from cll_scale.outputs import EXPORT
+    copy = tmp_path / "exp-copy"
+    shutil.copytree(tiny_export, copy)
+    assert directory_owner(copy) == EXPORT and directory_owner(m30k_centered) == "cll-shards build"
+    code, _, err = run_cli(analyze_main, ["attribution", "--model", str(tiny_export), "--text", "Ein Hund.",
+                                          "--tgt-lang", "fr", "--out", str(copy)], capsys)
+    assert code == EXIT_INPUT and f"--out {copy} holds an export (export.json), not a cll-analyze one" in err, err
+    with pytest.raises(OutputError, match="--run-dir .* holds an export \\(export.json\\), not a cll-train one"):
+        check_owner(copy, "cll-train", "--run-dir")
+    assert sorted(p.name for p in copy.iterdir()) == sorted(p.name for p in tiny_export.iterdir())
+
+
+@pytest.mark.parametrize("command", ["cll-analyze", "cll-eval"])
+def test_an_unwritable_output_is_refused_before_any_work(tiny_export, m30k_centered, tmp_path, capsys, monkeypatch,
+                                                         command):
+    """Issue 51 row 17: the output's place was first written after all the work. A file on the
+    way refuses the directory to every user (root included, whom neither chmod nor, in most
+    containers, chattr stops); a read-only folder only to one who is not root."""
+    from cll_scale.analyze import main as analyze_main
+    from cll_scale.cli import EXIT_FILES
+    from cll_scale.evaluate import main as eval_main
+    from cll_scale.translate import Translator
+    monkeypatch.setattr(Translator, "load", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
+    (tmp_path / "afile").write_text("a file")
+    readonly = tmp_path / "ro"
+    readonly.mkdir(mode=0o555)
+    refused = {tmp_path / "afile" / "out": f"{tmp_path / 'afile'}: a file, not a directory"}
+    if not os.access(readonly, os.W_OK):                 # root writes into a 0555 folder anyway
+        refused[readonly / "out"] = f"{readonly}: Permission denied"
+    for out, why in refused.items():
+        if command == "cll-analyze":
+            argv = ["attribution", "--model", str(tiny_export), "--data", str(m30k_centered), "--direction", "de-fr",
+                    "--out", str(out)]
+            code, _, err = run_cli(analyze_main, argv, capsys)
+        else:
+            argv = ["--model", f"m={tiny_export}", "--data", str(m30k_centered), "--out", str(out)]
+            code, _, err = run_cli(eval_main, argv, capsys)
+        assert code == EXIT_FILES, err
+        assert err == f"{command}: error: --out {out} cannot be written: {why}; nothing was computed\n"
+    assert (tmp_path / "afile").read_text() == "a file" and not any(readonly.iterdir())

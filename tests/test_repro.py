@@ -307,7 +307,10 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     recipe = tmp_path / "multi30k_triangle_fcll.yaml"
     recipe.write_text("preset: tiny\ntrain:\n  ds_config: cpu_fp32.json\n")
     assert planned_precision(recipe, [])[0] == "fp32"
-    assert planned_precision(recipe, ["train.ds_config=cpu_bf16.json"]) == ("bf16", "named by the recipe")
+    assert planned_precision(recipe, []) == ("fp32", "named by the recipe")
+    assert planned_precision(recipe, ["train.ds_config=cpu_bf16.json"]) == ("bf16",
+                                                                         "--set train.ds_config=cpu_bf16.json")
+    assert planned_precision(recipe, ["train.ds_config=cpu_bf16.json"], "fp32") == ("fp32", "--precision fp32")
     auto = tmp_path / "multi30k_triangle_baseline.yaml"
     auto.write_text("preset: tiny\n")                      # auto: what this machine's probe picks
     assert planned_precision(auto, [])[0] == precision(json.loads(default_ds_config()[0].read_text()))
@@ -585,3 +588,91 @@ def test_committed_reports_are_rewritten_byte_identically_from_their_records(tmp
     for i, report in enumerate(reports):
         path, differ = rewrite(report, tmp_path / str(i))
         assert path.name == report.name and not differ, (report, differ)
+
+
+# -- issue 51 (class D): cll-repro and its report script check what they are given first ----------
+
+def test_a_split_missing_from_the_shards_is_refused_before_anything_trains(multi30k, tmp_path, capsys):
+    """Issue 51 row 18: on a corpus without test_2018_flickr the study trained and evaluated
+    test_2016_flickr before it said so."""
+    from data_tools.build import BuildConfig, build_shards
+    from data_tools.sources import read_multiway
+    from cll_scale.repro.cli import main
+    from tests.conftest import head_corpus
+    corpus = head_corpus(multi30k, tmp_path / "corpus", lambda name: not name.startswith("test_2018"))
+    shards = tmp_path / "shards" / "multi30k-triangle"
+    build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]),
+                 BuildConfig(out_dir=str(shards), vocab_size=800))
+    code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(corpus),
+                 "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
+                 "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
+                 "--max-sentences", "2", "--beam", "1", "--lid-workers", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and (f"cll-repro: error: --splits test_2018_flickr: the shards {shards} have no such test split "
+                          f"(they have ") in err and "baseline, fcll would be evaluated on it" in err, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
+def test_the_precision_refusal_names_the_flag_it_came_from(tmp_path):
+    """Issue 51 row 21: fp32 asked by --precision after a bf16 study was said to be "named by the recipe"."""
+    from cll_scale.repro.evaluations import EvalSettings
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.study import Reproduction, Study
+    recipes, runs = tmp_path / "recipes", tmp_path / "runs"
+    recipes.mkdir()
+    (recipes / "multi30k_triangle_fcll.yaml").write_text("preset: tiny\ntrain:\n  ds_config: cpu_bf16.json\n")
+    begun = runs / "multi30k-triangle-fcll-cll1"                   # trained so far in bf16
+    begun.mkdir(parents=True)
+    (begun / "ds_config.json").write_text(json.dumps({"bf16": {"enabled": True}}))
+    (begun / "metrics.jsonl").write_text(json.dumps({"step": 2, "loss": 1.0, "epoch": 0.1, "elapsed_s": 1.0}) + "\n")
+    study = Study("triangle", ["fcll"], tmp_path, tmp_path, runs, recipes, tmp_path / "results",
+                  EvalSettings(("test_2016_flickr",)), Budget(steps=10), cll_layers="1,2", precision="fp32")
+    with pytest.raises(ValueError) as err:
+        Reproduction(study).check()
+    assert ("bf16: fcll cll1 (trained so far); fp32: fcll cll1, fcll cll2 (this sitting: --precision fp32)"
+            in str(err.value)), err.value
+    assert "named by the recipe" not in str(err.value)
+
+
+@pytest.mark.parametrize("case", ["missing file", "no Command line", "unknown variant", "records moved away"])
+def test_rewrite_reports_says_in_one_line_why_a_report_cannot_be_rewritten(tmp_path, capsys, case):
+    """Issue 51 rows 22-25: each was a traceback."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from rewrite_reports import main
+    report = tmp_path / "triangle-seeds.md"
+    if case == "no Command line":
+        report.write_text("# A report\n\nNo command here.\n")
+    elif case == "unknown variant":
+        report.write_text("Command: `cll-repro --condition triangle --variants bogus --steps-per-model 3`\n")
+    elif case == "records moved away":           # a committed report, without its folder of records
+        report.write_text((ROOT / "docs" / "results" / "triangle-seeds.md").read_text())
+    expected = {"missing file": (3, f"{report}: no such report"),
+                "no Command line": (2, f"{report}: no `Command: cll-repro ...` line"),
+                "unknown variant": (2, f"{report}: its Command: line cannot be run today: --variants bogus: no recipe"),
+                "records moved away": (2, f"{report}: none of its 12 models has a record in "
+                                          f"{tmp_path / 'triangle-seeds' / 'records'} or a finished run in ")}
+    code = main([str(report)])
+    err = capsys.readouterr().err
+    assert (code, err.count("\n")) == (expected[case][0], 1), err
+    assert err.startswith(f"rewrite_reports.py: error: {expected[case][1]}") and "Traceback" not in err, err
+
+
+def test_omitting_the_tag_of_a_study_without_tags_is_refused_before_it_starts(tmp_path):
+    """Issue 51's note, in cll-repro as in cll-eval: --omit-lang-tag where no model trains with
+    the tag would add nothing to the report."""
+    from cll_scale.repro.evaluations import EvalSettings
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.study import Reproduction, Study
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    for variant in ("baseline", "fcll"):
+        (recipes / f"multi30k_triangle_{variant}.yaml").write_text("preset: tiny\ndata:\n  add_lang_tag: false\n")
+
+    def study(*overrides):
+        return Study("triangle", ["baseline", "fcll"], tmp_path, tmp_path, tmp_path / "runs", recipes, tmp_path / "r",
+                     EvalSettings(("test_2016_flickr",), omit_lang_tag=True), Budget(steps=10),
+                     overrides=list(overrides), precision="fp32")
+    with pytest.raises(ValueError, match=r"--omit-lang-tag: none of the models \(baseline, fcll\) was trained with "
+                                         r"language tags"):
+        Reproduction(study()).check()
+    Reproduction(study("data.add_lang_tag=true")).check()

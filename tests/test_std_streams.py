@@ -43,12 +43,13 @@ def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tm
     # Interrupt once the first direction's hypotheses are written: its scoring job goes to the pool,
     # whose worker is starting, and the next direction decodes, so the process is mid-work (every
     # direction is decoded before any is logged, so a "BLEU" line comes when little is left to do).
-    hyps = tmp_path / "eval" / "hyps"
+    # (cll-eval writes into a temporary sibling of --out, which replaces it at the end)
     deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None and not any(hyps.rglob("*.txt")):
+    while time.time() < deadline and proc.poll() is None and not any(tmp_path.glob(".eval.tmp-*/hyps/*/*/*.txt")):
         time.sleep(0.05)
     assert proc.poll() is None, "cll-eval ended before it could be interrupted"
     os.killpg(proc.pid, signal.SIGINT)          # the terminal's Ctrl-C reaches the whole group
     out, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-3000:]
     assert "cll-eval: interrupted" in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    assert list(tmp_path.iterdir()) == []          # an interrupted evaluation leaves nothing behind

@@ -201,3 +201,26 @@ def test_bleu_offtarget_figure_stays_readable_at_opus100_size(tmp_path):
         png = plot_bleu_offtarget({"models": {"fcll": {"directions": dirs}}}, tmp_path / f"{n}.png")
         return struct.unpack(">I", png.read_bytes()[16:20])[0]       # the PNG header's width
     assert width(6) == 600 and width(218) == 4000
+
+
+def test_cll_eval_replaces_its_directory_as_a_whole(tiny_export, m30k_centered, tmp_path, capsys):
+    """Issue 51 row 16: an evaluation of other models into the same --out leaves no hypotheses of
+    the earlier models (rescoring hyps/ would mix them in); a file cll-eval did not write is never
+    deleted with it: refused."""
+    out = tmp_path / "ev" / "1"
+    base = ["--data", str(m30k_centered), "--split", "test_2016_flickr", "--directions", "en-de", "--max-sentences",
+            "1", "--beam", "1", "--lid-workers", "0", "--out", str(out)]
+    code, _, err = run_cli(eval_main, ["--model", f"tags={tiny_export}", "--model", f"notag={tiny_export}", *base],
+                           capsys)
+    assert code == 0 and sorted(p.name for p in (out / "hyps").iterdir()) == ["notag", "tags"], err
+    code, _, err = run_cli(eval_main, ["--model", f"c={tiny_export}", *base], capsys)
+    assert code == 0, err
+    assert [p.name for p in (out / "hyps").iterdir()] == ["c"]
+    assert set(json.loads((out / "results.json").read_text())["models"]) == {"c"}
+    assert sorted(p.name for p in out.iterdir()) == ["bleu_offtarget.png", "hyps", "results.json", "results.md",
+                                                     "t_weights.png"]
+    assert [p.name for p in out.parent.iterdir()] == ["1"]                # no temporary left beside it
+    (out / "notes.txt").write_text("mine")
+    code, _, err = run_cli(eval_main, ["--model", f"c={tiny_export}", *base], capsys)
+    assert code == 2 and "holds what cll-eval did not write: notes.txt" in err, err
+    assert (out / "notes.txt").read_text() == "mine" and (out / "hyps" / "c").is_dir()

@@ -35,6 +35,17 @@ class EvalSettings:
             key["omit_lang_tag"] = True
         return key
 
+    def key(self, run_dir: Path) -> dict:
+        """What a model's cached evaluation must have been made with: its export and these settings."""
+        return {"export": export_id(run_dir), **self.decoding()}
+
+
+def cached_evaluation(figs: Path, name: str, split: str) -> dict:
+    """The cached evaluation of ``name`` on ``split`` beside the report ``figs`` ({} when none):
+    ``{"settings": ..., "entries": ...}``."""
+    path = figs / "evaluated" / split / f"{file_name(name)}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
 
 class Evaluations:
     """``of(name, run_dir)``: split -> the model's report entries, from
@@ -57,11 +68,10 @@ class Evaluations:
     def cached(self, name: str, run_dir: Path, split: str, key: dict) -> dict | None:
         """The cached entries of ``split`` if they were decoded with ``key``; a record without
         them cannot be decoded (it has no weights) and is refused."""
-        cached = self.figs / "evaluated" / split / f"{file_name(name)}.json"
-        previous = json.loads(cached.read_text()) if cached.exists() else {}
+        previous = cached_evaluation(self.figs, name, split)
         if previous.get("settings") == key:
             print(f"[cll-repro] {split}: {name} evaluated before with this export and these settings, "
-                  f"reusing {cached}", file=sys.stderr)
+                  f"reusing {self.figs / 'evaluated' / split / (file_name(name) + '.json')}", file=sys.stderr)
             return previous["entries"]
         if is_record(run_dir):
             before = {k: v for k, v in previous.get("settings", {}).items() if k != "export"}
@@ -74,7 +84,7 @@ class Evaluations:
     def of(self, name: str, run_dir: Path) -> dict[str, dict]:
         if name in self.done:
             return self.done[name]
-        key = {"export": export_id(run_dir), **self.decoding}
+        key = self.settings.key(run_dir)
         s = self.settings
         result, translator = {}, None
         for split in s.splits:

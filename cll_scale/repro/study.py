@@ -10,13 +10,16 @@ from pathlib import Path
 from cll_scale.evaluate import lid_pool, summarize
 from cll_scale.outputs import json_text, write_atomic
 from cll_scale.checkpointer import chosen_export
+from cll_scale.config import apply_overrides, load_recipe
+from cll_scale.manifest import Manifest
 from cll_scale.precision import ds_config_of, planned_precision
-from cll_scale.repro.evaluations import EvalSettings, Evaluations
+from cll_scale.repro.evaluations import EvalSettings, Evaluations, cached_evaluation
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
 from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
                                      recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
+from cll_scale.translate import Translator
 
 
 @dataclass
@@ -72,10 +75,12 @@ class Reproduction:
         will share their precision and training rules, and with --eval-only every export is there."""
         s, plan = self.study, self.plan
         check_trained_settings(self.runs, plan.recipe_of, plan.overrides, s.overrides)
+        if s.evaluation.omit_lang_tag:          # as cll-eval: refused where no model has a tag to omit
+            Translator.check_tags_to_omit({name: self.tagged(name) for name in self.runs})
         if not s.eval_only:
             # Once per recipe, not per model: a seed's own overrides set train.seed and data.seed only.
             to_train = [name for name, d in self.runs.items() if not finished(d, s.budget)]
-            planned = {r: planned_precision(r, s.overrides + s.engine_overrides)
+            planned = {r: planned_precision(r, s.overrides, s.precision)
                        for r in {plan.recipe_of[name] for name in to_train}}
             check_one_precision(self.runs, {name: planned[plan.recipe_of[name]] for name in to_train},
                                 s.allow_mixed_precision)
@@ -86,6 +91,29 @@ class Reproduction:
         if absent:
             raise ValueError(f"--eval-only: no trained model at {', '.join(absent)}; train first (without "
                              f"--eval-only) or point --runs-root at the runs")
+
+    def tagged(self, name: str) -> bool:
+        """Whether a model trains with the target-language tag (its recipe's data.add_lang_tag)."""
+        recipe = apply_overrides(load_recipe(self.plan.recipe_of[name]), self.plan.overrides[name] + self.study.overrides)
+        return bool(recipe.get("data", {}).get("add_lang_tag", True))
+
+    def check_splits(self) -> None:
+        """Once the shards are there and before anything trains or is decoded: every split of
+        --splits is one the models can be evaluated on, unless every model that would need it has
+        its evaluation of it cached already (a record needs no test set)."""
+        s, have = self.study, Manifest.load(self.shards).splits
+        missing = [x for x in s.evaluation.splits if x not in have or have[x].role == "train"]
+        if not missing:
+            return
+        needed = [name for name, d in self.runs.items()
+                  if not finished(d, s.budget) or any(cached_evaluation(self.figs, name, x).get("settings")
+                                                      != s.evaluation.key(d) for x in missing)]
+        if needed:
+            tests = [x for x, split in have.items() if split.role != "train"]
+            raise ValueError(f"--splits {','.join(missing)}: the shards {self.shards} have no such test split (they "
+                             f"have {', '.join(tests) or 'none'}), and {', '.join(needed)} would be evaluated on it "
+                             f"(nothing was trained or decoded); leave it out of --splits, or build the shards from a "
+                             f"corpus that has it (another --shards-root, --multi30k)")
 
     def settle(self, name: str) -> None:
         """Evaluate a trained model now, and keep its record: a sitting that ends while other
@@ -144,6 +172,7 @@ class Reproduction:
         self.check()
         s = self.study
         build_shards(s.condition, str(s.multi30k), self.shards)
+        self.check_splits()
         with lid_pool(s.lid_workers) as pool:         # its workers start with the first job scored
             self.evaluations = Evaluations(s.evaluation, self.shards, self.figs, pool)
             if not s.eval_only:
