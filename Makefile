@@ -1,6 +1,8 @@
 # The two set-up commands of the README:   make quickstart   (main job)   and   make test
 PY := .venv/bin/python
 MULTI30K ?= $(firstword $(wildcard ../shared/data/multi30k) data/raw/multi30k)
+# make quickstart's condition: triangle (default) or centered (the run of before issue 52)
+QUICKSTART_CONDITION ?= triangle
 
 .PHONY: env quickstart test test-fast demo bench-stream bench-model bench-train bench-decode bench-opus gpu-check clean
 
@@ -8,11 +10,15 @@ env:
 	@bash scripts/setup_env.sh dev,demo
 
 quickstart: env
-	@MULTI30K=$(MULTI30K) bash scripts/quickstart.sh
+	@MULTI30K=$(MULTI30K) QUICKSTART_CONDITION=$(QUICKSTART_CONDITION) bash scripts/quickstart.sh
+
+# The two models make quickstart trained (the checkpoint it evaluated: export-best/ when there is one)
+QS_RUN = runs/quickstart/runs/multi30k-$(if $(filter centered,$(QUICKSTART_CONDITION)),centered,triangle-diagnostics)
+qs_export = $(firstword $(wildcard $(QS_RUN)-$(1)/export-best) $(QS_RUN)-$(1)/export)
 
 demo: env
-	$(PY) -m demo --model baseline=runs/quickstart/multi30k-centered-baseline/export \
-	    --model fcll=runs/quickstart/multi30k-centered-fcll/export --examples $(MULTI30K)
+	$(PY) -m demo --model baseline=$(call qs_export,baseline) --model fcll=$(call qs_export,fcll) \
+	    --examples $(MULTI30K)
 
 test: env
 	$(PY) -m pytest -q

@@ -276,7 +276,10 @@ def build_app(demo: Demo, examples_dir: str | None = None):
                 tgt = gr.Dropdown(demo.languages, value=default[1], label="target language")
                 lsl_off = gr.Checkbox(False, label="switch off LSL (paper Table 10 ablation)")
                 omit_tag = gr.Checkbox(False, label="omit the language tag (paper Table 8)")
-            text = gr.Textbox(label=f"source text (at most {demo.max_chars:,} characters)", lines=3)
+            # The first zero-shot example is filled in: a visitor sees the off-target problem with one click.
+            examples = load_examples(examples_dir, demo.languages, zero_shot)
+            text = gr.Textbox(examples[0][0] if examples else "", lines=3, elem_id="source-text",
+                              label=f"source text (at most {demo.max_chars:,} characters)")
             button = gr.Button("Translate", variant="primary")
             outputs = []
             with gr.Row():
@@ -284,7 +287,6 @@ def build_app(demo: Demo, examples_dir: str | None = None):
                     with gr.Column():
                         outputs.append(gr.Textbox(label=name, interactive=False, elem_id=f"out-{name}"))
                         outputs.append(gr.Markdown(elem_id=f"info-{name}"))
-            examples = load_examples(examples_dir, demo.languages, zero_shot)
             if examples:
                 gr.Examples(examples, [text, src, tgt], label="zero-shot examples from test_2016_flickr")
             button.click(demo.translate, [text, src, tgt, lsl_off, omit_tag], outputs, api_name="translate")

@@ -1,16 +1,20 @@
-"""The last thing `make quickstart` prints: what a person reads in ten seconds.
+"""The last thing `make quickstart` prints: what a person reads in a minute.
 
-    python scripts/quickstart_summary.py --report runs/quickstart/results/centered \
-        --full docs/results/centered-seeds --corpus ../shared/data/multi30k
+    python scripts/quickstart_summary.py --report runs/quickstart/results/triangle-diagnostics \
+        --runs runs/quickstart/runs --corpus ../shared/data/multi30k
 
-Baseline and FCLL side by side (supervised BLEU, zero-shot BLEU and off-target), a few zero-shot
-outputs, what these numbers mean at the budget trained, what the same recipes reach trained in
-full (from the committed study records), and the smallest budget that shows the effect on the
-study's CPU, read from those records' validation curves. The long tables stay in the report."""
+Baseline and FCLL side by side: supervised BLEU, zero-shot BLEU, and the zero-shot off-target rate
+(langdetect, the paper's measure) with its 95% Wilson interval over every zero-shot sentence
+decoded; whether the Baseline's rate is at least twice FCLL's with intervals apart; three zero-shot
+sentences the Baseline answers in another language and FCLL in the right one; what the study's
+recipes reach trained longer (the committed records); and what to do next. Also draws the chart
+(``quickstart.png`` beside the report: off-target per zero-shot direction, with intervals).
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -20,130 +24,213 @@ sys.path.insert(0, str(ROOT))
 from cll_scale.metrics import read_rows  # noqa: E402
 
 MODELS = ("baseline", "fcll")
-# The effect shows when FCLL answers a zero-shot validation sentence in the wrong language this many
-# points less often than the Baseline, with the supervised directions already translated.
-GAP, MIN_BLEU = 10.0, 20.0
+RESULTS = ROOT / "docs" / "results"
+# What the same recipes reach trained longer, from the committed records: (steps, report folder,
+# which recipes).
+LONGER = {
+    "triangle": [(2100, RESULTS / "diagnostics" / "triangle-diagnostics", "the same recipes"),
+                 (4200, RESULTS / "study-defaults" / "triangle-seeds",
+                  "the study's `small` recipes, the same settings and rules")],
+    "centered": [(4200, RESULTS / "centered-seeds", "the same recipes, trained under the rules of before issue 34")],
+}
+FULL_STUDY = {
+    "triangle": "cll-repro --condition triangle --variants baseline,fcll,sd,sd_attn --seeds 1,2,3 "
+                "--steps-per-model 4200 --ablate-lsl --lid langdetect,lingua --precision bf16",
+    "centered": "cll-repro --condition centered --variants baseline,fcll,sd --seeds 1,2,3 --steps-per-model 4200 "
+                "--ablate-lsl --precision bf16",
+}
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of k successes in n trials, in percent."""
+    if n == 0:
+        return 0.0, 100.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return 100 * max(0.0, centre - half), 100 * min(1.0, centre + half)
 
 
 def model_name(names, variant: str) -> str | None:
-    return next((n for n in names if n.split()[0] == variant and "LSL off" not in n), None)
+    return next((n for n in names if n.split()[0] == variant and "(" not in n), None)
 
 
 def scores(report: dict) -> dict[str, dict]:
+    """Per variant: its name in the report, BLEU, and the zero-shot off-target count over every
+    zero-shot sentence (each direction's rate times its sentences)."""
     out = {}
     for variant in MODELS:
         name = model_name(report["models"], variant)
-        if name:
-            avg = report["models"][name]["averages"]
-            out[variant] = {"name": name, "sup_bleu": avg["supervised"]["bleu"], "zs_bleu": avg["zero-shot"]["bleu"],
-                            "zs_off": avg["zero-shot"]["off_target"]}
+        if name is None:
+            continue
+        model = report["models"][name]
+        zero = [d for d in model["directions"] if d["kind"] == "zero-shot"]
+        n = sum(d["n"] for d in zero)
+        k = round(sum(d["off_target"] * d["n"] / 100 for d in zero))
+        avg = model["averages"]
+        out[variant] = {"name": name, "sup_bleu": avg["supervised"]["bleu"], "zs_bleu": avg["zero-shot"]["bleu"],
+                        "off": 100 * k / n if n else float("nan"), "k": k, "n": n, "ci": wilson(k, n),
+                        "per_direction": {d["direction"]: (d["off_target"], d["n"]) for d in zero}}
     return out
 
 
-def trained(records: Path, variant: str) -> tuple[int, float] | None:
-    """(steps, minutes) of a variant's run or record under ``records``."""
-    for run in sorted(records.glob(f"*-{variant}*")):
-        rows = [r for r in read_rows(run / "metrics.jsonl") if "loss" in r]
-        if rows:
-            return rows[-1]["step"], rows[-1].get("elapsed_s", 0.0) / 60
-    return None
+def trained_steps(runs: Path | None, name: str) -> int | None:
+    """The last training step of a model's run directory (or record)."""
+    if runs is None:
+        return None
+    found = sorted(runs.glob(f"*-{name.replace(' ', '-')}"))
+    rows = [r for r in read_rows(found[0] / "metrics.jsonl") if "loss" in r] if found else []
+    return rows[-1]["step"] if rows else None
 
 
-def first_effect(records: Path) -> dict | None:
-    """The first validation where FCLL's zero-shot off-target is GAP points below the Baseline's
-    and both translate the supervised directions (validation BLEU >= MIN_BLEU), in the records."""
-    curves = {}
-    for variant in MODELS:
-        run = next(iter(sorted(records.glob(f"*-{variant}-seed1"))), None) or next(iter(sorted(records.glob(f"*-{variant}"))), None)
-        if run is None:
-            return None
-        rows = read_rows(run / "metrics.jsonl")
-        minutes = {r["step"]: r.get("elapsed_s", 0.0) / 60 for r in rows if "loss" in r}
-        hardware = json.loads((run / "record.json").read_text()).get("hardware", "") if (run / "record.json").is_file() else ""
-        curves[variant] = ({r["step"]: r for r in rows if "valid_zero_shot_offtarget" in r}, minutes, hardware)
-    base, fcll = curves["baseline"][0], curves["fcll"][0]
-    for step in sorted(set(base) & set(fcll)):
-        b, f = base[step], fcll[step]
-        if b["valid_zero_shot_offtarget"] - f["valid_zero_shot_offtarget"] >= GAP and min(
-                b.get("valid_bleu", 0), f.get("valid_bleu", 0)) >= MIN_BLEU:
-            return {"step": step, "minutes": max(curves[v][1].get(step, 0.0) for v in MODELS),
-                    "baseline_off": b["valid_zero_shot_offtarget"], "fcll_off": f["valid_zero_shot_offtarget"],
-                    "bleu": min(b["valid_bleu"], f["valid_bleu"]), "hardware": curves["fcll"][2]}
-    return None
+def table(now: dict[str, dict], runs: Path | None) -> list[str]:
+    out = [f"{'':10s} {'steps':>6s} {'supervised BLEU':>16s} {'zero-shot BLEU':>15s} "
+           f"{'zero-shot off-target (95% interval), of n sentences':>52s}"]
+    for variant, s in now.items():
+        steps = trained_steps(runs, s["name"])
+        out.append(f"{variant:10s} {steps or '?':>6} {s['sup_bleu']:16.2f} {s['zs_bleu']:15.2f} "
+                   f"{s['off']:19.1f}% ({s['ci'][0]:.1f}–{s['ci'][1]:.1f}%) of {s['n']:,}")
+    return out
 
 
-def examples(report_dir: Path, split: str, corpus: Path | None, names: dict[str, str], n: int = 3) -> list[str]:
-    hyps = report_dir / "hyps" / split
+def verdict(now: dict[str, dict]) -> str:
+    if set(now) != set(MODELS):
+        return "Only one model was evaluated: no comparison."
+    b, f = now["baseline"], now["fcll"]
+    apart = b["ci"][0] > f["ci"][1]
+    ratio = b["off"] / f["off"] if f["off"] else float("inf")
+    shown = ratio >= 2 and apart and min(b["sup_bleu"], f["sup_bleu"]) >= 15
+    return (f"{'The effect shows' if shown else 'The effect does not show yet'}: the Baseline answers zero-shot "
+            f"in the wrong language {ratio:.1f}x as often as FCLL, and the two 95% intervals "
+            f"{'do not overlap' if apart else 'overlap'}; supervised BLEU {b['sup_bleu']:.1f} and "
+            f"{f['sup_bleu']:.1f} (the quickstart's targets: at least 2x, intervals apart, BLEU 15 or more).")
+
+
+def examples(report_dir: Path, split: str, corpus: Path | None, now: dict[str, dict], n: int = 3) -> list[str]:
+    """Zero-shot sentences where the Baseline's output is in another language than asked and FCLL's
+    in the asked one (langdetect, as the rates), one direction after another."""
     from cll_scale.evaluate import file_name
-    lines = []
-    for path in sorted((hyps / file_name(names["baseline"]) / "default").glob("*.txt"))[:1]:
-        direction = path.stem
-        src, tgt = direction.split("-")
-        outs = {v: (hyps / file_name(names[v]) / "default" / path.name).read_text(encoding="utf-8").splitlines()
+    from cll_scale.langid import detect
+    out = ["Zero-shot sentences the Baseline answers in another language and FCLL in the right one:"]
+    if set(now) != set(MODELS):
+        return out + ["  (needs both models)"]
+    hyps = report_dir / "hyps" / split
+    found = []
+    directions = sorted(now["baseline"]["per_direction"])
+    texts = {}
+    for d in directions:
+        src, tgt = d.split("-")
+        outs = {v: (hyps / file_name(now[v]["name"]) / "default" / f"{d}.txt").read_text(encoding="utf-8").splitlines()
                 for v in MODELS}
-        sources = refs = None
+        refs = sources = None
         if corpus is not None and (corpus / f"{split}.{src}").is_file():
             sources = (corpus / f"{split}.{src}").read_text(encoding="utf-8").splitlines()
             refs = (corpus / f"{split}.{tgt}").read_text(encoding="utf-8").splitlines()
-        lines.append(f"Zero-shot {src}→{tgt}, the first sentences:")
-        for i in range(min(n, len(outs["baseline"]))):
-            if sources:
-                lines += [f"  source    {sources[i]}", f"  reference {refs[i]}"]
-            lines += [f"  Baseline  {outs['baseline'][i]}", f"  FCLL      {outs['fcll'][i]}", ""]
-    return lines
+        texts[d] = (outs, sources, refs)
+    # round-robin over the directions, so that the examples show different ones
+    for i in range(max(len(t[0]["baseline"]) for t in texts.values()) if texts else 0):
+        for d in directions:
+            if len(found) == n:
+                break
+            outs, sources, refs = texts[d]
+            if i >= len(outs["baseline"]):
+                continue
+            tgt = d.split("-")[1]
+            langs = {v: detect(outs[v][i]) for v in MODELS}
+            if langs["baseline"] != tgt and langs["fcll"] == tgt:
+                found.append((d, i, outs, sources, refs, langs))
+    for d, i, outs, sources, refs, langs in found:
+        out.append(f"  {d} (zero-shot), test sentence {i + 1}")
+        if sources:
+            out += [f"    source     {sources[i]}", f"    reference  {refs[i]}"]
+        out += [f"    Baseline   {outs['baseline'][i]}   [{langs['baseline'] or 'no language'}]",
+                f"    FCLL       {outs['fcll'][i]}   [{langs['fcll']}]"]
+    if not found:
+        out.append("  none among the sentences decoded")
+    return out
 
 
-def summary(report_dir: Path, full: Path, split: str, corpus: Path | None, runs: Path | None) -> str:
+def longer(condition: str, split: str) -> list[str]:
+    """What the committed records reach with more training, condition by condition."""
+    out = []
+    for steps, folder, recipe in LONGER.get(condition, []):
+        path = folder / f"{split}.json"
+        if not path.is_file():
+            continue
+        ref = scores(json.loads(path.read_text()))
+        line = "; ".join(f"{v} {s['off']:.1f}% zero-shot off-target, supervised BLEU {s['sup_bleu']:.1f}"
+                         for v, s in ref.items())
+        out.append(f"  {steps:,} steps ({recipe}; {folder.relative_to(ROOT)}): {line}")
+    return (["Trained longer (the committed records, one seed):"] + out) if out else []
+
+
+def chart(now: dict[str, dict], path: Path) -> Path | None:
+    """Zero-shot off-target per direction and over all of them, Baseline against FCLL, with 95%
+    Wilson intervals: the README's picture."""
+    if set(now) != set(MODELS):
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    directions = sorted(now["baseline"]["per_direction"])
+    groups = directions + ["all zero-shot"]
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=120)
+    width = 0.38
+    for j, (variant, colour) in enumerate((("baseline", "#b0413e"), ("fcll", "#2f6f9f"))):
+        s = now[variant]
+        values, lows, highs = [], [], []
+        for d in groups:
+            off, n = (s["off"], s["n"]) if d == "all zero-shot" else s["per_direction"][d]
+            lo, hi = wilson(round(off * n / 100), n)
+            values.append(off)
+            lows.append(off - lo)
+            highs.append(hi - off)
+        xs = [i + (j - 0.5) * width for i in range(len(groups))]
+        ax.bar(xs, values, width, yerr=[lows, highs], capsize=3, color=colour,
+               label="Baseline" if variant == "baseline" else "FCLL")
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylim(0, 115)
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_ylabel("zero-shot off-target, %")
+    ax.set_title("Answers in the wrong language, zero-shot (95% intervals)")
+    ax.legend(frameon=False, loc="upper center", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def summary(report_dir: Path, split: str, corpus: Path | None, runs: Path | None, condition: str) -> str:
     report = json.loads((report_dir / f"{split}.json").read_text())
     now = scores(report)
-    names = {v: s["name"] for v, s in now.items()}
-    out = ["", "== The quickstart in ten seconds ==", "",
-           f"{'':10s} {'supervised BLEU':>16s} {'zero-shot BLEU':>15s} {'zero-shot off-target':>21s}"]
-    for variant, s in now.items():
-        out.append(f"{variant:10s} {s['sup_bleu']:16.2f} {s['zs_bleu']:15.2f} {s['zs_off']:20.1f}%")
-    steps = {v: trained(runs or report_dir / "records", v) for v in MODELS}
-    done = ", ".join(f"{v} {s[0]:,} steps ({s[1]:.0f} min)" for v, s in steps.items() if s)
-    effect = first_effect(full / "records")
-    least = min((s[0] for s in steps.values() if s), default=0)
-    out += ["", f"Trained: {done or 'unknown'}."]
-    if effect and least < effect["step"]:
-        out.append(f"What this means: far from convergence. The effect (FCLL answering zero-shot in the right "
-                   f"language more often than the Baseline) needs about {effect['step']:,} steps of these recipes; "
-                   f"below that both models still learn the supervised directions, and tables of BLEU near 0 with "
-                   f"high off-target are expected.")
-    elif effect:
-        out.append("What this means: past the budget where the effect first shows in the study's records; "
-                   "compare with the full training below.")
-    full_report = full / f"{split}.json"
-    if full_report.is_file():
-        ref = scores(json.loads(full_report.read_text()))
-        line = "; ".join(f"{v} supervised BLEU {s['sup_bleu']:.1f}, zero-shot BLEU {s['zs_bleu']:.2f}, "
-                         f"off-target {s['zs_off']:.1f}%" for v, s in ref.items())
-        out.append(f"Trained in full (4,200 steps, {full}): {line}.")
-    out.append("")
-    out += examples(report_dir, split, corpus, names) if len(names) == 2 else []
-    if effect:
-        out.append(f"To see the effect yourself: it first shows at step {effect['step']:,} of the study's records "
-                   f"(validation: Baseline {effect['baseline_off']:.0f}% against FCLL {effect['fcll_off']:.0f}% "
-                   f"zero-shot off-target, BLEU {effect['bleu']:.0f}), after {effect['minutes']:.0f} minutes a "
-                   f"model ({effect['hardware'] or 'the study CPU'}; two models training at once, one core each): "
-                   f"QUICKSTART_MINUTES={5 * -(-int(effect['minutes']) // 5)} make quickstart (a CPU without "
-                   f"avx512_bf16 needs about three times as long), or a GPU.")
-    out.append("Compare the two models in the browser: make demo")
+    png = chart(now, report_dir / "quickstart.png")
+    out = ["", f"== The quickstart: Baseline against FCLL, Multi30k {condition}, {split} ==", ""]
+    out += table(now, runs) + ["", verdict(now), ""]
+    out += examples(report_dir, split, corpus, now) + [""]
+    out += longer(condition, split) + [""]
+    out += ["Next:",
+            "  make demo" + ("                  the two models side by side in the browser, a zero-shot example "
+                             "filled in"),
+            f"  {FULL_STUDY.get(condition, FULL_STUDY['triangle'])}",
+            "                             the full study (3 seeds; about 1.5 hours a model here, minutes on a GPU)",
+            "  On a GPU the same commands run unchanged (CUDA, bf16, NCCL); `deepspeed --num_gpus N --module "
+            "cll_scale.train ...` trains on several."]
+    if png:
+        out.append(f"Chart: {png}")
     return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--report", required=True, help="the quickstart's cll-repro report folder")
-    p.add_argument("--full", default=str(ROOT / "docs" / "results" / "centered-seeds"),
-                   help="the committed study of the same recipes, trained in full")
     p.add_argument("--runs", help="the quickstart's run directories (default: the report's records)")
     p.add_argument("--corpus", help="the Multi30k directory, for the example sources and references")
     p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--condition", default="triangle", choices=sorted(LONGER))
     args = p.parse_args(argv)
-    print(summary(Path(args.report), Path(args.full), args.split, Path(args.corpus) if args.corpus else None,
-                  Path(args.runs) if args.runs else None), end="")
+    report = Path(args.report)
+    print(summary(report, args.split, Path(args.corpus) if args.corpus else None,
+                  Path(args.runs) if args.runs else report / "records", args.condition), end="")
     return 0
 
 

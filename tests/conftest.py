@@ -73,3 +73,24 @@ def tiny_export(m30k_centered, tmp_path_factory) -> Path:
                     "--set", "valid.every=1000", "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3",
                     "--set", "optim.warmup_steps=5"], cwd=ROOT, env=env, check=True, capture_output=True)
     return run / "export"
+
+
+@pytest.fixture(scope="session")
+def triangle_export(multi30k, tmp_path_factory) -> tuple[Path, Path]:
+    """A second real model, on other languages (de, fr, cs) than `tiny_export` (en, de, fr, cs),
+    and its shards; trained once for the session (the misuse and demo tests share it)."""
+    import subprocess
+    from data_tools.build import BuildConfig, build_shards
+    from data_tools.sources import read_multiway
+    root = tmp_path_factory.mktemp("tri")
+    corpus = head_corpus(multi30k, root / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs"))
+    shards = root / "shards"
+    build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]), BuildConfig(out_dir=str(shards), vocab_size=800))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
+                          "--run-dir", str(root / "run"), "--max-steps", "3", "--ds-config", "cpu_fp32.json",
+                          "--set", "log.every=1", "--set", "valid.every=1000", "--set", "data.max_tokens=1024",
+                          "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10"],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return root / "run" / "export", shards

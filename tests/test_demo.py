@@ -10,7 +10,6 @@ import pytest
 from cll_scale.engine import free_port
 from cll_scale.langid import Lingua, detect
 from tests.conftest import ROOT
-from tests.test_misuse import triangle_export  # noqa: F401 - a second model: de, fr, cs, no en
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -119,7 +118,7 @@ def test_fifty_concurrent_requests_are_all_answered(server):
 
 
 @pytest.mark.slow
-def test_real_browser_translates_and_stays_local(server, tmp_path):
+def test_real_browser_translates_and_stays_local(server, multi30k, tmp_path):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"Chromium not installed at {CHROMIUM} (.ci/run installs Debian's chromium)")
     from playwright.sync_api import sync_playwright
@@ -131,6 +130,13 @@ def test_real_browser_translates_and_stays_local(server, tmp_path):
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.on("request", lambda r: requests.append(r.url))
         page.goto(server[0], wait_until="networkidle")
+        # make demo opens on a zero-shot example, filled in (issue 52): one click shows the problem
+        firsts = {(multi30k / f"test_2016_flickr.{x}").read_text(encoding="utf-8").splitlines()[0]
+                  for x in ("de", "fr", "cs", "en")}
+        assert page.locator("#source-text textarea").input_value() in firsts
+        page.get_by_role("button", name="Translate", exact=True).click()
+        page.wait_for_function("document.querySelector('#info-fcll')?.innerText.includes('zero-shot')",
+                               timeout=120_000)
         target = page.get_by_label("target language").first
         target.click()
         target.fill("de")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from cll_scale.cli import EXIT_DEVICE, EXIT_FILES, EXIT_INPUT
-from tests.conftest import ROOT, head_corpus, run_cli
+from tests.conftest import ROOT, run_cli
 from tests.test_train import ENV, common, losses
 
 PY = sys.executable
@@ -28,20 +28,6 @@ def one_line_error(res, prog, code, *needles):
     for needle in needles:
         assert needle in line, (needle, line)
     return line
-
-
-@pytest.fixture(scope="module")
-def triangle_export(multi30k, tmp_path_factory):
-    """A second real model, on other languages (de, fr, cs) than `tiny_export` (en, de, fr, cs)."""
-    from data_tools.build import BuildConfig, build_shards
-    from data_tools.sources import read_multiway
-    root = tmp_path_factory.mktemp("tri")
-    corpus = head_corpus(multi30k, root / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs"))
-    shards = root / "shards"
-    build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]), BuildConfig(out_dir=str(shards), vocab_size=800))
-    res = cli("cll_scale.train", *common(shards, root / "run", 3))
-    assert res.returncode == 0, res.stderr[-3000:]
-    return root / "run" / "export", shards
 
 
 # -- finding 2: one run owns its directory ------------------------------------------------------

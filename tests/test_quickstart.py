@@ -1,0 +1,40 @@
+"""make quickstart's script end to end, at a tiny budget (issue 52): the stages in order, the
+summary's table with its intervals, its examples section, the records trained longer and the
+next commands; a rerun trains nothing."""
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_train import ENV
+
+
+@pytest.mark.slow
+def test_the_quickstart_script_ends_with_its_summary(multi30k, tmp_path):
+    env = {**ENV, "MULTI30K": str(multi30k), "QUICKSTART_SHARDS": str(tmp_path / "shards"),
+           "QUICKSTART_RUNS": str(tmp_path / "qs"), "QUICKSTART_STEPS": "3", "QUICKSTART_SENTENCES": "4",
+           "QUICKSTART_ARGS": "--set preset=tiny --set data.max_tokens=1024 --beam 1 --precision fp32"}
+    env.pop("OMP_NUM_THREADS", None)          # the script picks the threads itself
+    run = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = run.stdout
+    stages = [line for line in out.splitlines() if line.startswith("== [")]
+    assert [s.split("]")[0] for s in stages] == ["== [1/3", "== [2/3", "== [3/3"], stages
+    assert "strict dependence: yes" in out                  # the triangle, as cll-shards inspect says
+    table = out[out.index("zero-shot off-target (95% interval)"):]
+    rows = [line for line in table.splitlines()[1:3]]
+    assert [r.split()[0] for r in rows] == ["baseline", "fcll"] and all(r.endswith("of 12") for r in rows)
+    assert all(" 3 " in r for r in rows)                     # 3 steps each, a step budget
+    assert "The effect shows" in out or "The effect does not show yet" in out
+    assert "Zero-shot sentences the Baseline answers in another language and FCLL in the right one:" in out
+    assert "Trained longer (the committed records, one seed):" in out
+    assert "Next:" in out and "make demo" in out and "cll-repro --condition triangle" in out and "On a GPU" in out
+    assert (tmp_path / "qs" / "results" / "triangle-diagnostics" / "quickstart.png").is_file()
+    # the DeepSpeed log stays at warnings: no INFO wall in what a person sees
+    assert "[INFO]" not in run.stderr
+    again = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=900)
+    assert again.returncode == 0 and "cll_scale.train" not in again.stderr and "finished" in again.stderr
+    assert os.path.getsize(tmp_path / "qs" / "report.log") > 0
