@@ -377,8 +377,10 @@ def _kind(section: str, name: str) -> tuple[str, str, bool] | None:
     """How a setting is typed: (``str``/``list``/``number``, element type of a list, may be None),
     or None for a name the section does not have (its error, with a suggestion, comes later)."""
     f = next((f for f in dataclasses.fields(section_classes()[section]) if f.name == name), None)
-    if f is None:
-        return None
+    return None if f is None else _field_kind(f)
+
+
+def _field_kind(f: dataclasses.Field) -> tuple[str, str, bool]:
     parts = [part.strip() for part in str(f.type).split("|")]
     optional, (main,) = "None" in parts, [part for part in parts if part != "None"]
     if main.startswith(("list[", "tuple[")):
@@ -476,7 +478,7 @@ def _coerce(cls, section: str, kw: dict) -> dict:
         if kind is not None and out[f.name] is not None:
             out[f.name] = coerce_number(f"{section}.{f.name}", out[f.name], kind)
         elif kind is None:
-            out[f.name] = _checked_value(section, f.name, out[f.name], _kind(section, f.name))
+            out[f.name] = _checked_value(section, f.name, out[f.name], _field_kind(f))
     return out
 
 
@@ -535,12 +537,13 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
     preset = PRESETS.get(config.get("preset", "small"), {})
     classes = section_classes()
     unnamed = {f"{section}.{key}": old if recorded else
-               (preset if section == "model" else {}).get(key, _field_default(classes[section], key))
+               (preset if section == "model" else {}).get(key, default_of(classes[section], key))
                for section, legacy in LEGACY.items() for key, old in legacy.items()}
     return {**unnamed, **named_rules(config)}
 
 
-def _field_default(cls: type, name: str):
+def default_of(cls: type, name: str):
+    """The default of the setting ``name`` of the config class ``cls``."""
     return field_default(next(f for f in dataclasses.fields(cls) if f.name == name))
 
 

@@ -249,9 +249,7 @@ def atomic_dir(out: Path, replace: bool = False, name: str | None = None):
         tmp.mkdir()
     except OSError as err:      # read-only or immutable folder, no permission, a file on the way, disk full
         # Named as the user gave it: the temporary sibling is ours, and means nothing to them.
-        where = next(p for p in tmp.parents if p.exists())       # the nearest folder (or file) there is
-        why = err.strerror if where.is_dir() else "a file, not a directory"
-        raise OSError(f"{name or out} cannot be written: {where}: {why}") from err
+        raise OSError(f"{name or out} cannot be written: {refused_at(tmp.parent, err)}") from err
     appeared = FileExistsError(f"{out} appeared while it was being built (another process writing it?); "
                                "nothing was replaced")
     try:
@@ -417,7 +415,14 @@ def _unwritable(err: OSError, out, out_flag: str) -> OSError:
     user typed it, the nearest path there is, and why."""
     if isinstance(err.__cause__, OSError):      # atomic_dir's own wording: say it of the flag instead
         err = err.__cause__
-    path = Path(err.filename or out).absolute()         # what was refused: the output, its lock or its sibling
+    # what was refused: the output, its lock or its sibling
+    return OSError(f"{out_flag} {out} cannot be written: {refused_at(Path(err.filename or out), err)}; "
+                   "nothing was computed")
+
+
+def refused_at(path: Path, err: OSError) -> str:
+    """``where: why`` for a path that could not be written: the nearest part of it there is (a
+    folder, or a file in the way) and the file system's reason."""
+    path = path.absolute()
     where = next(p for p in (path, *path.parents) if p.exists())
-    why = err.strerror or str(err) if where.is_dir() else "a file, not a directory"
-    return OSError(f"{out_flag} {out} cannot be written: {where}: {why}; nothing was computed")
+    return f"{where}: {err.strerror or str(err) if where.is_dir() else 'a file, not a directory'}"

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from cll_scale import engine as ds
 from cll_scale.checkpointer import Checkpointer, git_commit
-from cll_scale.config import LEGACY_MODEL, RunConfig, build_configs, field_default
+from cll_scale.config import LEGACY_MODEL, RunConfig, build_configs, default_of
 from cll_scale.export import export_model_config, load_export
 from cll_scale.manifest import Manifest
 from cll_scale.metrics import MetricsLogger, device_peak_tflops
@@ -320,16 +320,12 @@ def check_recorded_settings(run_dir: Path, cfg: RunConfig) -> None:
     data_now = dataclasses.asdict(cfg.data)
     for key in INPUT_FORMAT if cfg.train.new_data else DATA_IDENTITY:
         # a config.json of before a setting existed was trained with the setting's default
-        was = config.get("data", {}).get(key, field_default(_data_field(key)))
+        was = config.get("data", {}).get(key, default_of(StreamConfig, key))
         if was != data_now[key]:
             diff.append(f"data.{key}={was!r} (now {data_now[key]!r})")
     if diff:
         raise ValueError(f"--resume: {run_dir} was trained with " + ", ".join(diff)
                          + "; resume with the run's own settings, or train into another --run-dir")
-
-
-def _data_field(name: str) -> dataclasses.Field:
-    return next(f for f in dataclasses.fields(StreamConfig) if f.name == name)
 
 
 def init_and_freeze(model: CLLTransformer, init_from: str, freeze: list[str], tag: str | None,
