@@ -13,7 +13,7 @@ quickstart: env
 	@MULTI30K=$(MULTI30K) QUICKSTART_CONDITION=$(QUICKSTART_CONDITION) bash scripts/quickstart.sh
 
 # The two models make quickstart trained (the checkpoint it evaluated: export-best/ when there is one)
-QS_RUN = runs/quickstart/runs/multi30k-$(if $(filter centered,$(QUICKSTART_CONDITION)),centered,triangle-diagnostics)
+QS_RUN = runs/quickstart/runs/multi30k-$(if $(filter centered,$(QUICKSTART_CONDITION)),centered,triangle-quickstart)
 qs_export = $(firstword $(wildcard $(QS_RUN)-$(1)/export-best) $(QS_RUN)-$(1)/export)
 
 demo: env

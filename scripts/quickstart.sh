@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's main job: Multi30k → triangle shards (de→fr→cs→de; the reverses zero-shot), the
-# diagnostics' `small` Baseline and FCLL (the recipes whose 2,100- and 4,200-step records are
-# committed) trained one after the other for QUICKSTART_STEPS steps each (a step budget, so what it
-# shows does not depend on how busy the machine is; the progress bar gives the time), cll-eval on
-# the first QUICKSTART_SENTENCES sentences of each test_2016 direction, and the summary.
+# quickstart's `small` Baseline and FCLL (recipes/multi30k_triangle_quickstart_*.yaml: the
+# diagnostics' recipes with 2,048 tokens a step and 200 warm-up steps) trained one after the other
+# for QUICKSTART_STEPS steps each (a step budget, so what it shows does not depend on how busy the
+# machine is; the progress bar gives the time), cll-eval on the first QUICKSTART_SENTENCES
+# sentences of each test_2016 direction, and the summary.
+#   QUICKSTART_STEPS                steps a model (1,000)
 #   QUICKSTART_CONDITION=centered   the English-centered run of before (8 minutes a model)
 #   QUICKSTART_SHARDS, QUICKSTART_RUNS   where the shards and the runs go (data/shards, runs/quickstart)
 #   QUICKSTART_ARGS                 more cll-repro flags (the test: a tiny model)
@@ -21,8 +23,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 stage() { echo; echo "== [$1/3] $2 =="; }
 
 case "$CONDITION" in
-  triangle) BUDGET=(--settings diagnostics --steps-per-model "${QUICKSTART_STEPS:-1000}")
-            SENTENCES=${QUICKSTART_SENTENCES:-150}; LANGS=(--langs de,fr,cs); REPORT=triangle-diagnostics ;;
+  triangle) BUDGET=(--settings quickstart --steps-per-model "${QUICKSTART_STEPS:-1000}")
+            SENTENCES=${QUICKSTART_SENTENCES:-150}; LANGS=(--langs de,fr,cs); REPORT=triangle-quickstart ;;
   centered) BUDGET=(--minutes-per-model "${QUICKSTART_MINUTES:-8}")
             SENTENCES=${QUICKSTART_SENTENCES:-100}; LANGS=(); REPORT=centered ;;
   *) echo "QUICKSTART_CONDITION must be triangle or centered, not '$CONDITION'" >&2; exit 2 ;;

@@ -1,6 +1,6 @@
 """The last thing `make quickstart` prints: what a person reads in a minute.
 
-    python scripts/quickstart_summary.py --report runs/quickstart/results/triangle-diagnostics \
+    python scripts/quickstart_summary.py --report runs/quickstart/results/triangle-quickstart \
         --runs runs/quickstart/runs --corpus ../shared/data/multi30k
 
 Baseline and FCLL side by side: supervised BLEU, zero-shot BLEU, and the zero-shot off-target rate
@@ -28,7 +28,8 @@ RESULTS = ROOT / "docs" / "results"
 # What the same recipes reach trained longer, from the committed records: (steps, report folder,
 # which recipes).
 LONGER = {
-    "triangle": [(2100, RESULTS / "diagnostics" / "triangle-diagnostics", "the same recipes"),
+    "triangle": [(2100, RESULTS / "diagnostics" / "triangle-diagnostics",
+                  "the diagnostics' recipes: these with 4,096 tokens a step and 800 warm-up steps"),
                  (4200, RESULTS / "study-defaults" / "triangle-seeds",
                   "the study's `small` recipes, the same settings and rules")],
     "centered": [(4200, RESULTS / "centered-seeds", "the same recipes, trained under the rules of before issue 34")],

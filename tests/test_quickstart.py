@@ -31,7 +31,7 @@ def test_the_quickstart_script_ends_with_its_summary(multi30k, tmp_path):
     assert "Zero-shot sentences the Baseline answers in another language and FCLL in the right one:" in out
     assert "Trained longer (the committed records, one seed):" in out
     assert "Next:" in out and "make demo" in out and "cll-repro --condition triangle" in out and "On a GPU" in out
-    assert (tmp_path / "qs" / "results" / "triangle-diagnostics" / "quickstart.png").is_file()
+    assert (tmp_path / "qs" / "results" / "triangle-quickstart" / "quickstart.png").is_file()
     # the DeepSpeed log stays at warnings: no INFO wall in what a person sees
     assert "[INFO]" not in run.stderr
     again = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=ROOT, env=env, capture_output=True, text=True,

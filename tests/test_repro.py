@@ -462,6 +462,26 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
                 for c in resolved.values()}) == 1
 
 
+def test_the_quickstart_recipes_are_the_diagnostics_with_a_faster_schedule():
+    """Issue 52: make quickstart's recipes differ from the diagnostics' triangle (whose records its
+    summary quotes trained longer) in the tokens a step, the warm-up and validation's decoding
+    alone, as their comments and docs/usage.md say."""
+    from cll_scale.config import build_configs, load_recipe
+    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.repro.plan import recipe_files
+    tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
+    quick = recipe_files(ROOT / "recipes", "triangle", "quickstart")
+    assert sorted(quick) == ["baseline", "fcll"]
+    diagnostics = recipe_files(ROOT / "recipes", "triangle", "diagnostics")
+    for variant, path in quick.items():
+        q = build_configs(load_recipe(path), ["de", "fr", "cs"], None, tok)
+        d = build_configs(load_recipe(diagnostics[variant]), ["de", "fr", "cs"], None, tok)
+        assert (q.data.max_tokens, q.optim.warmup_steps, q.valid.decode_sentences) == (2048, 200, 0)
+        assert q.model == d.model and q.optim.lr == d.optim.lr and q.train.seed == d.train.seed
+        assert dataclasses.replace(q.data, max_tokens=d.data.max_tokens) == d.data
+        assert q.train.run_dir.endswith(f"multi30k-triangle-quickstart-{variant}")
+
+
 def test_a_rerun_with_another_set_is_refused_naming_each_difference(tmp_path):
     """A finished model is never reported under settings it was not trained with (misuse round 2,
     finding 3): the run's config.json is compared with the recipe and every --set."""

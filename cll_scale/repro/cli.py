@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", choices=SETTINGS, default="small",
                    help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code; "
                         "paper_small: the authors' settings at the small size, the closest a CPU trains; "
-                        "diagnostics: small models that each answer one question of issue 34")
+                        "diagnostics: small models that each answer one question of issue 34; "
+                        "quickstart: the diagnostics' triangle made to learn in fewer minutes (make quickstart)")
     p.add_argument("--seeds", type=seed_list,
                    help="e.g. 1,2,3: train every variant once per seed and report mean ± std over them")
     p.add_argument("--steps-per-model", type=non_negative_int, default=0,
