@@ -699,3 +699,40 @@ def test_omitting_the_tag_of_a_study_without_tags_is_refused_before_it_starts(tm
                                          r"language tags"):
         Reproduction(study()).check()
     Reproduction(study("data.add_lang_tag=true")).check()
+
+
+def test_progress_reads_each_training_and_says_the_time_left(tmp_path):
+    """Issue 52: not in a terminal (where a training's own bar is off), cll-repro says how far each
+    training has come, with the time left at this sitting's rate, from its metrics.jsonl."""
+    import io
+    import json as json_
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.scheduler import Progress
+    run = tmp_path / "run"
+    run.mkdir()
+    metrics = run / "metrics.jsonl"
+    out = io.StringIO()
+    progress = Progress(Budget(steps=1000), parallel=2, stream=out, every_s=0)
+
+    def at(step, elapsed):
+        with metrics.open("a") as f:
+            f.write(json_.dumps({"step": step, "loss": 5.0, "elapsed_s": elapsed}) + "\n")
+        progress.show([("baseline", run)])
+
+    progress.show([("baseline", run)])                   # no line of metrics yet
+    at(100, 60.0)
+    at(400, 240.0)                                       # 300 steps in 180 s: 600 to go, 6 minutes
+    progress.show([("baseline", run)], final=True)
+    lines = out.getvalue().splitlines()
+    assert lines == ["[cll-repro] baseline: step 0/1,000, time left: measuring",
+                     "[cll-repro] baseline: step 100/1,000, time left: measuring",
+                     "[cll-repro] baseline: step 400/1,000, about 6 min left",
+                     "[cll-repro] baseline: step 400/1,000, trained"]
+    # a time budget needs no rate; in a terminal one training shows its own bar, and this nothing
+    timed = Progress(Budget(minutes=10), parallel=1, stream=io.StringIO(), every_s=0)
+    assert timed.left("fcll", 50, 120.0) == 480.0
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    assert not Progress(Budget(steps=10), parallel=1, stream=Terminal()).active

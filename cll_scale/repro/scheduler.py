@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+from cll_scale.metrics import read_rows
 from cll_scale.repro.plan import Budget
-from cll_scale.repro.records import finished, run_state
+from cll_scale.repro.records import finished, last_train_row, run_state
 
 ROOT = Path(__file__).resolve().parents[2]
 # The languages of the non-centered conditions, in the order that makes their directions (paper
@@ -85,7 +86,62 @@ def _start(name: str, run_dir: Path, cmd: list[str], parallel: int) -> tuple:
     return name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log and subprocess.STDOUT), log, log_path
 
 
-def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=None, overlap: bool = True) -> None:
+class Progress:
+    """How far the trainings cll-repro runs have come, for the person watching, read from each
+    run's metrics.jsonl (no pipe to the trainings, whose output may go to their train.log). In a
+    terminal with several trainings at once (each one's own bar is in its log): a bar per model with
+    its time left. Not in a terminal (a training's own bar is off there): a plain line per model
+    every ``every_s`` seconds. One training in a terminal shows its own bar, and this nothing."""
+
+    def __init__(self, budget: Budget, parallel: int, stream=None, every_s: float = 60.0):
+        self.budget, self.stream, self.every_s = budget, stream or sys.stderr, every_s
+        self.tty = self.stream.isatty()
+        self.active = parallel > 1 or not self.tty
+        self.first: dict[str, tuple[int, float]] = {}     # name -> (step, elapsed_s) first seen this sitting
+        self.bars: dict = {}
+        self.last_line = time.monotonic()
+
+    def left(self, name: str, step: int, elapsed: float) -> float | None:
+        """Seconds to the budget, at the rate of this sitting's steps so far; None before two readings."""
+        step0, elapsed0 = self.first.setdefault(name, (step, elapsed))
+        estimates = [self.budget.minutes * 60 - elapsed] if self.budget.minutes else []
+        if self.budget.steps and step > step0:
+            estimates.append((self.budget.steps - step) * (elapsed - elapsed0) / (step - step0))
+        return max(min(estimates), 0.0) if estimates else None
+
+    def show(self, running: list[tuple[str, Path]], final: bool = False) -> None:
+        if not self.active:
+            return
+        now = time.monotonic()
+        lines = not self.tty and (final or now - self.last_line >= self.every_s)
+        for name, run_dir in running:
+            row = last_train_row(read_rows(run_dir / "metrics.jsonl"))
+            step, elapsed = row.get("step", 0), row.get("elapsed_s", 0.0)
+            left = self.left(name, step, elapsed) if row else None
+            eta = "trained" if final else "time left: measuring" if left is None else \
+                f"about {left / 60:.0f} min left" if left >= 60 else "under a minute left"
+            total = f"/{self.budget.steps:,}" if self.budget.steps else ""
+            if self.tty:
+                if name not in self.bars:
+                    from tqdm.auto import tqdm
+                    self.bars[name] = tqdm(total=self.budget.steps or None, desc=name, unit="step",
+                                           position=len(self.bars), file=self.stream, dynamic_ncols=True)
+                bar = self.bars[name]
+                bar.n = step
+                bar.set_postfix_str(eta, refresh=True)
+            elif lines:
+                print(f"[cll-repro] {name}: step {step:,}{total}, {eta}", file=self.stream, flush=True)
+        if lines:
+            self.last_line = now
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+        self.bars.clear()
+
+
+def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=None, overlap: bool = True,
+              budget: Budget | None = None) -> None:
     """Run the training commands in order, ``parallel`` at a time (one GPU holds several small
     models; each process picks its own free port). With more than one at a time each writes its
     output to ``<run dir>/train.log``; the first failure stops the others and is raised.
@@ -95,11 +151,15 @@ def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=N
     same cores (2 cores, two threads each: a training ran 5.5x slower beside an evaluation than
     alone, and the evaluation decoded 11.6x slower), so one after the other ends sooner. A SIGTERM
     to cll-repro (a job scheduler's stop) is passed on to the running trainings, which checkpoint
-    their step and stop: without that they would go on alone, holding their run directories."""
+    their step and stop: without that they would go on alone, holding their run directories.
+    With ``budget``, how far each training has come is shown as :class:`Progress` says."""
     def stop(signum, frame):
         raise Stopped(signum)
     previous = signal.signal(signal.SIGTERM, stop)
     waiting, running, ended = list(commands), [], []
+    progress = Progress(budget, parallel) if budget else None
+    run_dirs = {name: run_dir for name, run_dir, _ in commands}
+    shown = 0.0
 
     def fill():
         while waiting and len(running) < parallel:
@@ -113,11 +173,16 @@ def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=N
                 done(ended.pop(0))
             fill()
             time.sleep(0.5)
+            if progress and time.monotonic() - shown >= 5:      # metrics.jsonl gains a line every log.every steps
+                progress.show([(item[0], run_dirs[item[0]]) for item in running])
+                shown = time.monotonic()
             for item in list(running):
                 name, proc, log, log_path = item
                 if proc.poll() is None:
                     continue
                 running.remove(item)
+                if progress:
+                    progress.show([(name, run_dirs[name])], final=True)
                 if log:
                     log.close()
                 if proc.returncode:
@@ -126,6 +191,8 @@ def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=N
                 if done:
                     ended.append(name)
     finally:
+        if progress:
+            progress.close()
         signal.signal(signal.SIGTERM, previous)
         for _, proc, _, _ in running:
             proc.terminate()         # SIGTERM: each checkpoints its current step and stops

@@ -166,7 +166,7 @@ class Reproduction:
         # On CPU an evaluation beside the next training slows both (scheduler.train_all), so there
         # the next one waits. On a GPU the next training starts at once (not measured here: the
         # decoding takes a share of the GPU, language ID runs on the host).
-        train_all(commands, s.parallel, done=trained, overlap=self.evaluations.device != "cpu")
+        train_all(commands, s.parallel, done=trained, overlap=self.evaluations.device != "cpu", budget=s.budget)
 
     def run(self) -> Path:
         self.check()
