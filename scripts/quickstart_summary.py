@@ -109,7 +109,8 @@ def verdict(now: dict[str, dict]) -> str:
 
 def examples(report_dir: Path, split: str, corpus: Path | None, now: dict[str, dict], n: int = 3) -> list[str]:
     """Zero-shot sentences where the Baseline's output is in another language than asked and FCLL's
-    in the asked one (langdetect, as the rates), one direction after another."""
+    in the asked one (langdetect, as the rates), one direction after another, FCLL's outputs
+    nearest their references first."""
     from cll_scale.evaluate import file_name
     from cll_scale.langid import detect
     out = ["Zero-shot sentences the Baseline answers in another language and FCLL in the right one:"]
@@ -128,18 +129,27 @@ def examples(report_dir: Path, split: str, corpus: Path | None, now: dict[str, d
             sources = (corpus / f"{split}.{src}").read_text(encoding="utf-8").splitlines()
             refs = (corpus / f"{split}.{tgt}").read_text(encoding="utf-8").splitlines()
         texts[d] = (outs, sources, refs)
-    # round-robin over the directions, so that the examples show different ones
-    for i in range(max(len(t[0]["baseline"]) for t in texts.values()) if texts else 0):
-        for d in directions:
-            if len(found) == n:
-                break
-            outs, sources, refs = texts[d]
-            if i >= len(outs["baseline"]):
-                continue
-            tgt = d.split("-")[1]
+    # Every sentence that qualifies, the FCLL outputs nearest their reference first (sentence chrF:
+    # the plainest examples of the right language, not its first broken attempt), then taken one
+    # direction after another so that the examples show different ones.
+    from sacrebleu.metrics import CHRF
+    chrf = CHRF()
+    candidates = {}
+    for d in directions:
+        outs, sources, refs = texts[d]
+        tgt = d.split("-")[1]
+        ranked = []
+        for i in range(len(outs["baseline"])):
             langs = {v: detect(outs[v][i]) for v in MODELS}
             if langs["baseline"] != tgt and langs["fcll"] == tgt:
-                found.append((d, i, outs, sources, refs, langs))
+                close = chrf.sentence_score(outs["fcll"][i], [refs[i]]).score if refs and i < len(refs) else 0.0
+                ranked.append((-close, i, langs))
+        candidates[d] = sorted(ranked)
+    while len(found) < n and any(candidates.values()):
+        for d in directions:
+            if candidates[d] and len(found) < n:
+                _, i, langs = candidates[d].pop(0)
+                found.append((d, i, *texts[d], langs))
     for d, i, outs, sources, refs, langs in found:
         out.append(f"  {d} (zero-shot), test sentence {i + 1}")
         if sources:
