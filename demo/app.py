@@ -2,8 +2,9 @@
 "Why this language?" view: per output token, how much the LSLs and the FFN raised or lowered it
 (integrated gradients, paper Fig. 5).
 
-    cll-demo --model baseline=runs/quickstart/multi30k-centered-baseline/export \\
-             --model fcll=runs/quickstart/multi30k-centered-fcll/export --examples ../shared/data/multi30k
+    cll-demo --model baseline=runs/quickstart/runs/multi30k-triangle-quickstart-baseline/export-best \\
+             --model fcll=runs/quickstart/runs/multi30k-triangle-quickstart-fcll/export-best \\
+             --examples ../shared/data/multi30k
 
 Binds 127.0.0.1 unless ``--host`` says otherwise, never creates a share link, queues requests
 with a concurrency limit, caps the input length with a visible message, and sets the
