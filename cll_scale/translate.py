@@ -116,6 +116,14 @@ class TranslateConfig:
                                "bf16" if self.dtype == "auto" and gpu else "fp32" if self.dtype == "auto" else self.dtype)
 
 
+def check_beam(beam: int, vocab_size: int) -> None:
+    """A beam wider than the vocabulary keeps nothing more at the first step, and its scores
+    (beam x vocabulary a sentence) would fill the memory of a huge --beam instead of failing."""
+    if beam > vocab_size:
+        raise ValueError(f"--beam {beam:,} exceeds this model's vocabulary ({vocab_size:,} subwords): a beam "
+                         f"keeps at most one hypothesis a subword at the first step")
+
+
 class Translator:
     """Load an export and translate lists of sentences; outputs come back in input order."""
 
@@ -141,6 +149,7 @@ class Translator:
         if self.cfg.decode.min_len > longest:
             raise ValueError(f"--min-len {self.cfg.decode.min_len} exceeds the longest output this model can "
                              f"write ({longest} subwords, its max_positions - 1); it would be ignored")
+        check_beam(self.cfg.decode.beam, self.model.cfg.vocab_size)
 
     @classmethod
     def load(cls, export_dir: str | Path, device: str | torch.device = "cpu",

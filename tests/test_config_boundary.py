@@ -83,6 +83,12 @@ def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny
     assert code == EXIT_INPUT and "--min-len 1000 exceeds the longest output" in err and out == ""
     res = cli("cll_scale.translate", *base, "--min-len", "40", "--max-len-a", "0", "--max-len-b", "5")
     assert res.returncode == 0 and "--min-len 40 exceeds the longest output allowed for some sentences" in res.stderr
+    # a beam wider than the vocabulary is refused before any decoding (found in the third round: it
+    # filled the memory in the top-k instead)
+    beam = list(base)
+    beam[beam.index("--beam") + 1] = "1000000000"
+    code, out, err = run_cli(main, beam, capsys)
+    assert code == EXIT_INPUT and "--beam 1,000,000,000 exceeds this model's vocabulary" in err and out == "", err
 
 
 # -- finding 8: --resume of nothing ------------------------------------------------------------------

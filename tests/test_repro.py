@@ -634,6 +634,14 @@ def test_a_split_missing_from_the_shards_is_refused_before_anything_trains(multi
     assert code == 2 and (f"cll-repro: error: --splits test_2018_flickr: the shards {shards} have no such test split "
                           f"(they have ") in err and "baseline, fcll would be evaluated on it" in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+    # so is a beam wider than the shards' vocabulary (800), which every model shares
+    code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(corpus),
+                 "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
+                 "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
+                 "--splits", "test_2016_flickr", "--beam", "801", "--lid-workers", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cll-repro: error: --beam 801 exceeds this model's vocabulary (800 subwords)" in err, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
 
 
 def test_the_precision_refusal_names_the_flag_it_came_from(tmp_path):

@@ -19,7 +19,7 @@ from cll_scale.repro.records import (check_one_precision, check_one_rule, check_
                                      recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
-from cll_scale.translate import Translator
+from cll_scale.translate import Translator, check_beam
 
 
 @dataclass
@@ -98,10 +98,13 @@ class Reproduction:
         return bool(recipe.get("data", {}).get("add_lang_tag", True))
 
     def check_splits(self) -> None:
-        """Once the shards are there and before anything trains or is decoded: every split of
+        """Once the shards are there and before anything trains or is decoded: the beam fits the
+        vocabulary, and every split of
         --splits is one the models can be evaluated on, unless every model that would need it has
         its evaluation of it cached already (a record needs no test set)."""
-        s, have = self.study, Manifest.load(self.shards).splits
+        s, manifest = self.study, Manifest.load(self.shards)
+        check_beam(s.evaluation.beam, manifest.tokenizer.vocab_size)      # the models' vocabulary is the shards'
+        have = manifest.splits
         missing = [x for x in s.evaluation.splits if x not in have or have[x].role == "train"]
         if not missing:
             return
