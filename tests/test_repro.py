@@ -4,6 +4,7 @@ decodes nothing, while a changed decoding setting is evaluated afresh, and a los
 model is redone for that model only."""
 import dataclasses
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -615,7 +616,7 @@ def test_committed_reports_are_rewritten_byte_identically_from_their_records(tmp
 
 # -- issue 51 (class D): cll-repro and its report script check what they are given first ----------
 
-def test_a_split_missing_from_the_shards_is_refused_before_anything_trains(multi30k, tmp_path, capsys):
+def test_what_a_study_cannot_do_is_refused_before_anything_trains(multi30k, tmp_path, capsys):
     """Issue 51 row 18: on a corpus without test_2018_flickr the study trained and evaluated
     test_2016_flickr before it said so."""
     from data_tools.build import BuildConfig, build_shards
@@ -642,6 +643,20 @@ def test_a_split_missing_from_the_shards_is_refused_before_anything_trains(multi
     err = capsys.readouterr().err
     assert code == 2 and "cll-repro: error: --beam 801 exceeds this model's vocabulary (800 subwords)" in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+    # and a second study into a report another one is writing (found in the third round): refused
+    # with its holder, before it trains
+    from cll_scale.outputs import DirLock
+    held = DirLock(tmp_path / "results" / "triangle", "cll-repro study").acquire()
+    try:
+        code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(corpus),
+                     "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
+                     "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
+                     "--splits", "test_2016_flickr", "--beam", "1", "--lid-workers", "0"])
+    finally:
+        held.release()
+    err = capsys.readouterr().err
+    assert code != 0 and f"{tmp_path / 'results' / 'triangle'} is in use by pid {os.getpid()}" in err, err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_the_precision_refusal_names_the_flag_it_came_from(tmp_path):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cll_scale.evaluate import lid_pool, summarize
-from cll_scale.outputs import json_text, write_atomic
+from cll_scale.outputs import DirLock, json_text, write_atomic
 from cll_scale.checkpointer import chosen_export
 from cll_scale.config import apply_overrides, load_recipe
 from cll_scale.manifest import Manifest
@@ -176,10 +176,16 @@ class Reproduction:
         s = self.study
         build_shards(s.condition, str(s.multi30k), self.shards)
         self.check_splits()
-        with lid_pool(s.lid_workers) as pool:         # its workers start with the first job scored
-            self.evaluations = Evaluations(s.evaluation, self.shards, self.figs, pool)
-            if not s.eval_only:
-                self.train_missing()
-            for name in self.runs:
-                self.settle(name)
-            return self.report()
+        # One process a report: two studies of one name into one --out would interleave their
+        # records and write the report over each other (its folder holds the lock, as a run's).
+        lock = DirLock(self.figs, "cll-repro study").acquire()
+        try:
+            with lid_pool(s.lid_workers) as pool:         # its workers start with the first job scored
+                self.evaluations = Evaluations(s.evaluation, self.shards, self.figs, pool)
+                if not s.eval_only:
+                    self.train_missing()
+                for name in self.runs:
+                    self.settle(name)
+                return self.report()
+        finally:
+            lock.release()
