@@ -21,7 +21,7 @@ demo: env
 	    --examples $(MULTI30K)
 
 test: env
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-fast: env
 	$(PY) -m pytest -q -m "not slow"
