@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The README's main job: Multi30k → triangle shards (de→fr→cs→de; the reverses zero-shot), the
 # quickstart's `small` Baseline and FCLL (recipes/multi30k_triangle_quickstart_*.yaml: the
-# diagnostics' recipes with 2,048 tokens a step and 200 warm-up steps) trained one after the other
-# for QUICKSTART_STEPS steps each (a step budget, so what it shows does not depend on how busy the
-# machine is; the progress bar gives the time), cll-eval on the first QUICKSTART_SENTENCES
-# sentences of each test_2016 direction, and the summary.
+# diagnostics' recipes with 2,048 tokens a step and 200 warm-up steps) trained side by side for
+# QUICKSTART_STEPS steps each (a step budget, so what it shows does not depend on how busy the
+# machine is; cll-repro's progress lines give the time left), cll-eval on the first
+# QUICKSTART_SENTENCES sentences of each test_2016 direction, and the summary.
 #   QUICKSTART_STEPS                steps a model (1,000)
 #   QUICKSTART_CONDITION=centered   the English-centered run of before (8 minutes a model)
 #   QUICKSTART_SHARDS, QUICKSTART_RUNS   where the shards and the runs go (data/shards, runs/quickstart)

@@ -99,9 +99,8 @@ class Reproduction:
 
     def check_splits(self) -> None:
         """Once the shards are there and before anything trains or is decoded: the beam fits the
-        vocabulary, and every split of
-        --splits is one the models can be evaluated on, unless every model that would need it has
-        its evaluation of it cached already (a record needs no test set)."""
+        vocabulary, and every split of --splits is one the models can be evaluated on, unless every
+        model that would need it has its evaluation of it cached already (a record needs no test set)."""
         s, manifest = self.study, Manifest.load(self.shards)
         check_beam(s.evaluation.beam, manifest.tokenizer.vocab_size)      # the models' vocabulary is the shards'
         have = manifest.splits
