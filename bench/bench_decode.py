@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_model import make_model, marian_model  # noqa: E402
-from cll_scale.decoding import DecodeConfig, beam_search  # noqa: E402
+from cll_scale.model.decoding import DecodeConfig, beam_search  # noqa: E402
 from cll_scale.translate import ModelStepper  # noqa: E402
 
 

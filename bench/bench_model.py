@@ -13,11 +13,11 @@ Parts (each interleaves its contenders step by step and compares medians):
               weights built from a config (no download), fp32 and bf16 (target ≥ 1.0).
 * ``mfu``     achieved FLOP/s ÷ measured peak matmul FLOP/s, fp32, `small` and `base`
               (targets ≥ 60% and ≥ 70%), and bf16's speed-up over fp32 (with the matmuls a bf16
-              run gets: in fp32 on bf16 values on a CPU without bf16 units, cll_scale.precision).
+              run gets: in fp32 on bf16 values on a CPU without bf16 units, cll_scale.training.precision).
 * ``ranks``   2 ranks × 1 thread ÷ 1 rank × 1 thread tokens/s through cll-train and DeepSpeed
               (target ≥ 1.8).
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
-(``cll_scale.precision.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
+(``cll_scale.training.precision.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.config import PRESETS, ModelConfig  # noqa: E402
-from cll_scale.metrics import read_rows  # noqa: E402
-from cll_scale.model import CLLTransformer, label_smoothed_loss, train_flops  # noqa: E402
-from cll_scale.precision import emulates_bf16, matmul_mode, peak_bf16_tflops  # noqa: E402
+from cll_scale.run.recipe import PRESETS, ModelConfig  # noqa: E402
+from cll_scale.training.metrics import read_rows  # noqa: E402
+from cll_scale.model.model import CLLTransformer, label_smoothed_loss, train_flops  # noqa: E402
+from cll_scale.training.precision import emulates_bf16, matmul_mode, peak_bf16_tflops  # noqa: E402
 
 LANGS16 = ["en", "de", "fr", "cs", "es", "it", "nl", "pt", "ro", "ru", "pl", "sv", "fi", "hu", "el", "tr", "bg"]
 

@@ -16,7 +16,7 @@ How each figure is taken:
   * every stage runs in a child process that reports its own peak resident memory
     (``getrusage(RUSAGE_SELF).ru_maxrss``) and the same figure right after its imports;
   * build stage times: the build's own stage clock (``build_shards(corpus, cfg, clock)``,
-    data_tools/clock.py; the line ``cll-shards build`` prints), whose stages add up to the build;
+    cll_scale/core/clock.py; the line ``cll-shards build`` prints), whose stages add up to the build;
   * direction shares: ``ShardStream.probs`` (``q_d ∝ n_d^(1/T)`` over the training rows of each
     direction, stream.py) against the directions of 2,000 consecutive batches.
 Extrapolation to 1.0 uses the formula printed beside each figure: linear in the rows a stage
@@ -40,8 +40,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.engine import free_port  # noqa: E402
-from cll_scale.metrics import read_rows  # noqa: E402
+from cll_scale.training.engine import free_port  # noqa: E402
+from cll_scale.training.metrics import read_rows  # noqa: E402
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -59,11 +59,11 @@ r = synthesize(sys.argv[1], float(sys.argv[2]))
 print(json.dumps({"seconds": r["seconds"], "totals": r["totals"], "rss_imports_mb": imports, "rss_peak_mb": peak_mb()}))
 """
 
-# build_shards with its own stage clock (data_tools.clock): the stages add up to the build.
+# build_shards with its own stage clock (cll_scale.core.clock): the stages add up to the build.
 BUILD = _RSS + r"""
-from data_tools.build import BuildConfig, build_shards
-from data_tools.clock import StageClock
-from data_tools.sources import read_opus100
+from cll_scale.data.shards import BuildConfig, build_shards
+from cll_scale.core.clock import StageClock
+from cll_scale.data.corpora import read_opus100
 corpus_dir, out_dir, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3])
 imports = peak_mb()
 clock = StageClock()
@@ -86,7 +86,7 @@ print(json.dumps({"times": t, "pairs": lines, "spm_sentences": min(cfg.spm_sente
 """
 
 STREAM = _RSS + r"""
-from cll_scale.stream import ShardStream, StreamConfig
+from cll_scale.data.stream import ShardStream, StreamConfig
 shards, seconds, max_tokens = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 imports = peak_mb()
 s = ShardStream(shards, StreamConfig(max_tokens=max_tokens, verify="none"))
@@ -109,7 +109,7 @@ print(json.dumps({"seconds": dt, "batches": batches, "rows_per_s": rows / dt, "t
 # Three rounds over the modes, medians: one start is a few milliseconds, which the other jobs of a
 # shared machine can easily double.
 STARTUP = _RSS + r"""
-from cll_scale.stream import ShardStream, StreamConfig
+from cll_scale.data.stream import ShardStream, StreamConfig
 times = {mode: {"start_s": [], "first_batch_s": []} for mode in ("none", "size", "full")}
 for _ in range(3):
     for mode in times:
@@ -125,7 +125,7 @@ print(json.dumps({mode: {k: sorted(v)[1] for k, v in t.items()} for mode, t in t
 
 SHARES = _RSS + r"""
 from collections import Counter
-from cll_scale.stream import ShardStream, StreamConfig
+from cll_scale.data.stream import ShardStream, StreamConfig
 out = {}
 n, longer = int(sys.argv[2]), int(sys.argv[3])
 for temperature in (1.0, 5.0):
@@ -159,10 +159,10 @@ def child(code: str, *args, timeout: float = 3600) -> dict:
 SPM_LANGS = _RSS + r"""
 import tempfile
 import sentencepiece as spm
-from data_tools.sources import read_opus100
-from data_tools.build import BuildConfig
+from cll_scale.data.corpora import read_opus100
+from cll_scale.data.shards import BuildConfig
 from data_tools.synth import LANG_SCRIPT
-from data_tools.tokenizer import language_sample_rates, train_sentencepiece, training_lines
+from cll_scale.data.tokenizer import language_sample_rates, train_sentencepiece, training_lines
 corpus_dir, vocab, n_eval = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 corpus = read_opus100(corpus_dir)
 counts = training_lines(corpus)
@@ -287,7 +287,7 @@ def full_scale_shape(block_rows: int, shard_rows: int) -> dict:
 def pool_rows(rows_by_pair: list[int], block: int, stream: dict) -> int:
     """Rows a one-rank stream that has visited every direction holds: one pool per direction
     (both directions of a pair), of the ``k`` blocks the stream's rule picks for these counts."""
-    from cll_scale.stream import pool_size
+    from cll_scale.data.stream import pool_size
     blocks = [[block] * (n // block) + ([n % block] if n % block else []) for n in rows_by_pair]
     k = pool_size(blocks + blocks, stream["pool_blocks_max"], stream["pool_rows_budget"])
     return sum(2 * min(n, k * block) for n in rows_by_pair)
@@ -467,7 +467,7 @@ def train_section(shards: Path, out: Path, steps: int, ckpt: int, eval_sentences
     report["eval"] = {"ok": sorted(d["direction"] for d in dirs) == ["de-fr", "fr-de"], "wall_s": wall, "rss_mb": rss,
                       "directions": {d["direction"]: {k: d.get(k) for k in ("n", "bleu", "chrf", "off_target", "off_target_restricted")}
                                      for d in dirs}}
-    from cll_scale.manifest import Manifest
+    from cll_scale.data.manifest import Manifest
     manifest = Manifest.load(shards)
     expected = sorted(manifest.splits["test"].directions())
     dirs, wall, rss = evaluate("cll-eval-all", "--max-sentences", str(eval_sentences), "--lid-workers", "1")

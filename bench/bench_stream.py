@@ -24,11 +24,11 @@ sys.path.insert(0, str(ROOT))
 # in the precision `ds_config auto` picks on this CPU: what the reader has to keep up with.
 TRAIN_STEP = r"""
 import json, sys, time, torch
-from cll_scale import precision
-from cll_scale.config import PRESETS, ModelConfig
-from cll_scale.manifest import Manifest
-from cll_scale.model import CLLTransformer, label_smoothed_loss
-from cll_scale.stream import ShardStream, StreamConfig
+from cll_scale.training import precision
+from cll_scale.run.recipe import PRESETS, ModelConfig
+from cll_scale.data.manifest import Manifest
+from cll_scale.model.model import CLLTransformer, label_smoothed_loss
+from cll_scale.data.stream import ShardStream, StreamConfig
 shards, max_tokens = sys.argv[1], int(sys.argv[2])
 m = Manifest.load(shards)
 dtype = torch.bfloat16 if precision.cpu_bf16_speedup() > 1.1 else torch.float32
@@ -53,7 +53,7 @@ print(json.dumps({"train_tokens_per_s": tokens / (time.perf_counter() - t0), "dt
 
 MEASURE = r"""
 import itertools, json, sys, time, psutil
-from cll_scale.stream import ShardStream, StreamConfig
+from cll_scale.data.stream import ShardStream, StreamConfig
 proc = psutil.Process()
 shards, seconds, max_tokens = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rss_imports = proc.memory_info().rss   # python + torch + pyarrow, before any shard is opened

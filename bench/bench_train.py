@@ -41,11 +41,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale import engine as ds  # noqa: E402
-from cll_scale import precision  # noqa: E402
-from cll_scale.model import CLLTransformer, label_smoothed_loss  # noqa: E402
-from cll_scale.run import build_run  # noqa: E402
-from cll_scale.trainer import Trainer  # noqa: E402
+from cll_scale.training import engine as ds  # noqa: E402
+from cll_scale.training import precision  # noqa: E402
+from cll_scale.model.model import CLLTransformer, label_smoothed_loss  # noqa: E402
+from cll_scale.run.build import build_run  # noqa: E402
+from cll_scale.run.trainer import Trainer  # noqa: E402
 
 
 class Recorder:
@@ -171,7 +171,7 @@ def variants(args, device) -> list[tuple[str, dict, float | None]]:
 
 def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
     """A training step of ``model`` through the DeepSpeed engine, as cll-train builds it."""
-    from cll_scale.optim import GuardedAdamW, OptimConfig
+    from cll_scale.training.optim import GuardedAdamW, OptimConfig
     cfg = OptimConfig(lr=1e-4, warmup_steps=100)
     ds_cfg = ds.make_ds_config(ds_cfg_path, cfg, 1, 1, tmp)
     holder = {}
@@ -208,7 +208,7 @@ def part_langs(args, device, tmp: Path) -> list[dict]:
     ds.init_distributed()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_model import synthetic_batch
-    from cll_scale.config import PRESETS, ModelConfig
+    from cll_scale.run.recipe import PRESETS, ModelConfig
     b, s, t = args.shape or ([128, 32, 32] if device.type == "cpu" else [256, 64, 64])
     base_cfg, _ = base_config(args, device)
     path = tmp / "langs-ds.json"

@@ -1,4 +1,4 @@
-"""``cll-analyze``: the paper's §5 analyses of exported models (:mod:`cll_scale.analysis`).
+"""``cll-analyze``: the paper's §5 analyses of exported models (:mod:`cll_scale.analysis.attribution`).
 
     # Fig. 5: which component pushed each output token, per decoder layer (Captum integrated gradients)
     cll-analyze attribution --model runs/f/export --data data/shards/multi30k-triangle \\
@@ -18,7 +18,7 @@ value) and ``heatmap-<i>.png`` for the first ``--heatmaps`` sentences. attention
 ``analysis.json`` (the weights, and the share the tag receives), ``encoder.png`` and ``cross.png``.
 ``--out`` is locked while an analysis runs and replaced as a whole when it ends (no heat map or figure
 of an earlier analysis stays beside the new one). ``--steps`` and each sentence's length are checked
-against the memory they need before the work begins (:func:`cll_scale.analysis.check_fits`); the
+against the memory they need before the work begins (:func:`cll_scale.analysis.attribution.check_fits`); the
 steps go through the model as many at a time as fit.
 """
 from __future__ import annotations
@@ -29,15 +29,15 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.analysis import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute, language_pieces,
+from cll_scale.analysis.attribution import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute, language_pieces,
                                 longest_target, max_steps, prepare, quadrature_bytes, size_text, step_bytes,
                                 summarize, tag_share)
-from cll_scale.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device, positive_int,
+from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device, positive_int,
                            run)
-from cll_scale.decoding import DecodeConfig
+from cll_scale.model.decoding import DecodeConfig
 from cll_scale.evaluate import pairs_from_shards
-from cll_scale.languages import Direction
-from cll_scale.outputs import json_text, result_dir, write_atomic
+from cll_scale.data.languages import Direction
+from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 PROG = "cll-analyze"
@@ -114,13 +114,13 @@ def sentences(args, limit: int) -> list[tuple[str, str, str | None]]:
 
 
 def open_out(args, models: dict[str, str]):
-    """--out, owned as every result directory is (:func:`cll_scale.outputs.result_dir`): checked,
+    """--out, owned as every result directory is (:func:`cll_scale.core.outputs.result_dir`): checked,
     locked and proven writable before any work, replaced as a whole at the end."""
     return result_dir(args.out, PROG, WRITES, {"--data": args.data, **{f"--model {n}": p for n, p in models.items()}})
 
 
 def check_steps(steps: int, budget: MemoryBudget) -> None:
-    """--steps against the memory of its quadrature (:func:`cll_scale.analysis.quadrature_bytes`),
+    """--steps against the memory of its quadrature (:func:`cll_scale.analysis.attribution.quadrature_bytes`),
     before anything is loaded."""
     if quadrature_bytes(steps) > budget.host:
         raise ValueError(f"--steps {steps} needs {size_text(quadrature_bytes(steps))} for the integration's "
@@ -131,7 +131,7 @@ def check_steps(steps: int, budget: MemoryBudget) -> None:
 
 def check_lengths(translator: Translator, examples: list, args, budget: MemoryBudget) -> None:
     """Each sentence's target against the memory of one integration step
-    (:func:`cll_scale.analysis.step_bytes`), before the first attribution: the steps are taken
+    (:func:`cll_scale.analysis.attribution.step_bytes`), before the first attribution: the steps are taken
     as many at a time as fit, but one step of a long sentence may not fit at all."""
     cfg = translator.model.cfg
     for i, ex in enumerate(examples):
@@ -176,7 +176,7 @@ def attribution_cli(args, command: str) -> int:
 
 
 def attribute_into(out: Path, args, command: str, budget: MemoryBudget) -> int:
-    from cll_scale.plots import plot_attribution
+    from cll_scale.evaluation.plots import plot_attribution
     todo = sentences(args, args.sentences)
     translator = load(args.model, args)
     if not translator.model.cfg.cll_layers:
@@ -217,7 +217,7 @@ def attention_cli(args, command: str) -> int:
 
 
 def attention_into(out: Path, args, command: str, models: dict[str, str]) -> int:
-    from cll_scale.plots import plot_attention
+    from cll_scale.evaluation.plots import plot_attention
     todo = sentences(args, args.index + 1)
     if len(todo) <= args.index:
         raise ValueError(f"--index {args.index}: the direction has {len(todo)} sentences")

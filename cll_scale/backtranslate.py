@@ -28,13 +28,13 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from cll_scale import engine as ds
-from cll_scale import finetune
-from cll_scale.decoding import DecodeConfig
-from cll_scale.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
-from cll_scale.languages import Direction
-from cll_scale.manifest import Manifest, Shard
-from cll_scale.outputs import atomic_dir, json_text, write_atomic
+from cll_scale.training import engine as ds
+from cll_scale.loops import finetune
+from cll_scale.model.decoding import DecodeConfig
+from cll_scale.loops.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
+from cll_scale.data.languages import Direction
+from cll_scale.data.manifest import Manifest, Shard
+from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.translate import TranslateConfig, Translator
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
@@ -42,7 +42,7 @@ BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
 
 @dataclass
 class BTConfig(FineTuneSettings):
-    # The help texts are cll-bt's flags (cll_scale.cli.add_config_arguments).
+    # The help texts are cll-bt's flags (cll_scale.core.cli.add_config_arguments).
     model: str = field(metadata={"help": "export to start from"})
     data: str = field(metadata={"help": "the shard directory the model was trained on (real pairs, valid and "
                                         "test sets)"})
@@ -148,7 +148,7 @@ def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world
 
 def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
     """Real shards (linked) + pseudo pairs as one shard directory ``data/epoch-K``."""
-    from data_tools.build import BuildConfig, link_shards, write_direction
+    from cll_scale.data.shards import BuildConfig, link_shards, write_direction
     data, out = Path(cfg.data), Path(cfg.out) / "data" / f"epoch-{epoch}"
     if (out / "manifest.json").exists():
         return out

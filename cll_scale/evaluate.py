@@ -8,7 +8,7 @@
 Per direction: sacreBLEU on detokenised text (signature printed), chrF, the off-target rate with
 langdetect as in the paper (``plain``) and restricted to the model's languages (``restricted``),
 code-switching, the off-target languages and the "rollback" of paper Table 10
-(:mod:`cll_scale.scoring`); with ``--lid langdetect,lingua`` also lingua's off-target rate and
+(:mod:`cll_scale.evaluation.scoring`); with ``--lid langdetect,lingua`` also lingua's off-target rate and
 code-switch share. Averages for en→xx, xx→en, supervised and zero-shot. Writes ``results.json``
 (with sentences/s and where the time went: decoding, language ID, scoring), ``results.md`` (paper
 Tables 2-3 layout), ``bleu_offtarget.png``, ``t_weights.png`` (paper Fig. 6) and every hypothesis,
@@ -37,13 +37,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from cll_scale.cli import (add_debug_argument, add_lid_arguments, non_negative_int, parse_models, pick_device,
+from cll_scale.core.cli import (add_debug_argument, add_lid_arguments, non_negative_int, parse_models, pick_device,
                            positive_int, run)
-from cll_scale.decoding import DecodeConfig
-from cll_scale.languages import Direction
-from cll_scale.manifest import Manifest
-from cll_scale.outputs import json_text, result_dir, write_atomic
-from cll_scale.scoring import DirectionResult, ScoreJob, averages, score_job
+from cll_scale.model.decoding import DecodeConfig
+from cll_scale.data.languages import Direction
+from cll_scale.data.manifest import Manifest
+from cll_scale.core.outputs import json_text, result_dir, write_atomic
+from cll_scale.evaluation.scoring import DirectionResult, ScoreJob, averages, score_job
 from cll_scale.translate import TranslateConfig, Translator
 
 
@@ -65,7 +65,7 @@ def pairs_from_shards(shard_dir: str | Path, split: str) -> dict[str, tuple[list
 
 def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, tuple[list[str], list[str]]]:
     """Raw test text straight from a corpus (multi-way ``{split}.{lang}`` or OPUS-100 layout)."""
-    from data_tools.sources import canonical_split, detect_format, read_multiway, read_opus100, split_names
+    from cll_scale.data.corpora import canonical_split, detect_format, read_multiway, read_opus100, split_names
     fmt = detect_format(path)
     if fmt == "multiway":
         # valid / val / dev name one split: take whichever the corpus has files for.
@@ -381,7 +381,7 @@ def summarize(entries: dict[str, dict], test_set: str, beam: int, lid: tuple[str
 
 def write_report(report: dict, out: str | Path) -> str:
     """results.json, results.md and the two plots into ``out``; returns the markdown."""
-    from cll_scale.plots import plot_bleu_offtarget, plot_t_weights
+    from cll_scale.evaluation.plots import plot_bleu_offtarget, plot_t_weights
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "results.json", json_text(report, indent=1, ensure_ascii=False))

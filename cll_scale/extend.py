@@ -7,7 +7,7 @@ App. A).
 
 1. SentencePiece: pieces learned on the new language are appended to the model's vocabulary
    (old ids unchanged; pieces that would change how old-language text splits are left out,
-   :mod:`data_tools.spm_extend`).
+   :mod:`cll_scale.data.spm_extend`).
 2. Shards: the new pairs (and every dev/test direction with the new language) are built with the
    extended vocabulary and listed in one manifest with the old shards (hard links), whose ids
    stay valid.
@@ -33,21 +33,21 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-from cll_scale import engine as ds
-from cll_scale import finetune
-from cll_scale.checkpointer import chosen_export
-from cll_scale.cli import csv_list
-from cll_scale.config import ModelConfig, upgrade
-from cll_scale.export import export_lang_tag, load_export, write_export
-from cll_scale.finetune import Comparison, FineTuneSettings, check_fine_tuning_inputs, fine_tuning_recipe
-from cll_scale.languages import Direction, LanguageError, check_language
-from cll_scale.manifest import Manifest
-from cll_scale.model import CLLTransformer
-from cll_scale.outputs import atomic_dir, json_text, write_atomic
+from cll_scale.training import engine as ds
+from cll_scale.loops import finetune
+from cll_scale.training.checkpointer import chosen_export
+from cll_scale.core.cli import csv_list
+from cll_scale.run.recipe import ModelConfig, upgrade
+from cll_scale.model.export import export_lang_tag, load_export, write_export
+from cll_scale.loops.finetune import Comparison, FineTuneSettings, check_fine_tuning_inputs, fine_tuning_recipe
+from cll_scale.data.languages import Direction, LanguageError, check_language
+from cll_scale.data.manifest import Manifest
+from cll_scale.model.model import CLLTransformer
+from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 
 @dataclass
 class ExtendConfig(FineTuneSettings):
-    # The help texts are cll-extend's flags (cll_scale.cli.add_config_arguments).
+    # The help texts are cll-extend's flags (cll_scale.core.cli.add_config_arguments).
     model: str = field(metadata={"help": "export of the pre-trained model"})
     data: str = field(metadata={"help": "the shard directory it was trained on (old data, mixed into fine-tuning)"})
     lang: str = field(metadata={"help": "code of the new language"})
@@ -89,7 +89,7 @@ def old_language_sample(data: Path, manifest: Manifest, rows: int) -> list[str]:
 def new_language_corpus(cfg: ExtendConfig, old: Manifest):
     """The corpus restricted to what extension may use: ``max_pairs`` training lines of the
     ``pairs`` directions, and every dev/test direction that involves the new language."""
-    from data_tools.sources import read_multiway
+    from cll_scale.data.corpora import read_multiway
     pairs = [Direction.parse(p) for p in cfg.pairs]
     langs = [*old.languages, cfg.lang]
     full = read_multiway(cfg.corpus, ",".join(f"{a}-{b}" for a in langs for b in langs if a != b), langs=langs)
@@ -136,8 +136,8 @@ def check_inputs(cfg: ExtendConfig) -> None:
 
 def build_data(cfg: ExtendConfig) -> Path:
     """``out/data``: old shards + the new language's, one manifest, the extended vocabulary."""
-    from data_tools.build import BuildConfig, build_shards, link_shards
-    from data_tools.spm_extend import extend_sentencepiece
+    from cll_scale.data.shards import BuildConfig, build_shards, link_shards
+    from cll_scale.data.spm_extend import extend_sentencepiece
     out, data = Path(cfg.out), Path(cfg.data)
     final = out / "data"
     if (final / "manifest.json").exists():

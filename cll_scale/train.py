@@ -21,13 +21,13 @@ import argparse
 import os
 import sys
 
-from cll_scale import engine as ds
-from cll_scale.cli import add_debug_argument, positive_int, run
-from cll_scale.config import PRESETS, TrainConfig, add_recipe_arguments, apply_overrides, load_recipe, recipe_flags
-from cll_scale.dryrun import DRY_RUN_WARMUP, dry_run, format_dry_run
-from cll_scale.outputs import json_text
-from cll_scale.run import build_run
-from cll_scale.trainer import Trainer
+from cll_scale.training import engine as ds
+from cll_scale.core.cli import add_debug_argument, positive_int, run
+from cll_scale.run.recipe import PRESETS, TrainConfig, add_recipe_arguments, apply_overrides, load_recipe, recipe_flags
+from cll_scale.run.dryrun import DRY_RUN_WARMUP, dry_run, format_dry_run
+from cll_scale.core.outputs import json_text
+from cll_scale.run.build import build_run
+from cll_scale.run.trainer import Trainer
 
 
 def build_parser() -> argparse.ArgumentParser:

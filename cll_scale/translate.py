@@ -16,19 +16,19 @@ import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
-from cll_scale.cli import add_config_arguments, add_debug_argument, config_from_args, pick_device, positive_int, run
-from cll_scale.decoding import DecodeConfig, beam_search
-from cll_scale.export import export_lang_tag, load_export
-from cll_scale.manifest import Manifest
-from cll_scale.model import CLLTransformer
-from cll_scale.outputs import OutputError, check_apart, check_stdin_apart, write_atomic
-from cll_scale.precision import matmul_mode
+from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, pick_device, positive_int, run
+from cll_scale.model.decoding import DecodeConfig, beam_search
+from cll_scale.model.export import export_lang_tag, load_export
+from cll_scale.data.manifest import Manifest
+from cll_scale.model.model import CLLTransformer
+from cll_scale.core.outputs import OutputError, check_apart, check_stdin_apart, write_atomic
+from cll_scale.training.precision import matmul_mode
 
 log = logging.getLogger("cll_scale.translate")
 
 
 class ModelStepper:
-    """The model as a :class:`~cll_scale.decoding.Stepper`.
+    """The model as a :class:`~cll_scale.model.decoding.Stepper`.
 
     Per-row state (one row per live beam): the decoder's self-attention cache or prefix. Per
     sentence: the encoder output, its mask, the cross-attention keys and the target language.

@@ -12,7 +12,7 @@ import os
 import urllib.request
 from pathlib import Path
 
-from cll_scale.outputs import atomic_dir, check_output
+from cll_scale.core.outputs import atomic_dir, check_output
 
 MULTI30K_URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw"
 MULTI30K_FILES = [f"{split}.{lang}" for split in ("train", "val", "test_2016_flickr", "test_2018_flickr")

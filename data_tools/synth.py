@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from cll_scale.outputs import atomic_dir, check_output, json_text, write_atomic
+from cll_scale.core.outputs import atomic_dir, check_output, json_text, write_atomic
 
 MARKER = "synth.json"
 TOOL = "cll-shards synth"

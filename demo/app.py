@@ -30,10 +30,10 @@ from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
 
-from cll_scale.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
-from cll_scale.langid import Lingua, detect  # noqa: E402
-from cll_scale.languages import Direction  # noqa: E402
-from cll_scale.manifest import UNSEEN  # noqa: E402
+from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
+from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
+from cll_scale.data.languages import Direction  # noqa: E402
+from cll_scale.data.manifest import UNSEEN  # noqa: E402
 from cll_scale.translate import Translator  # noqa: E402
 
 MAX_CHARS = 1000
@@ -93,7 +93,7 @@ class Demo:
     def __init__(self, models: dict[str, str], device: str = "cpu", max_chars: int = MAX_CHARS):
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, not {max_chars}: every request would be refused")
-        from cll_scale.decoding import DecodeConfig
+        from cll_scale.model.decoding import DecodeConfig
         from cll_scale.translate import TranslateConfig
         self.translators = {name: Translator.load(path, device, TranslateConfig(DecodeConfig()))
                             for name, path in models.items()}
@@ -136,11 +136,11 @@ class Demo:
     def why(self, text: str, src: str, tgt: str, name: str, steps: int = WHY_STEPS,
             omit_tag: bool = False) -> tuple[str, str]:
         """The "why this language?" view: the model ``name`` translates ``text`` into ``tgt``,
-        then integrated gradients (paper Fig. 5; :func:`cll_scale.analysis.attribute`) give, per
+        then integrated gradients (paper Fig. 5; :func:`cll_scale.analysis.attribution.attribute`) give, per
         output token, how much the FFNs' and the LSLs' outputs (``ffn2``, ``lsl2``, summed over
         the decoder layers) raised or lowered that token's log-probability. Returns a markdown
         summary and an HTML table, one row per output token."""
-        from cll_scale.analysis import attribute, prepare
+        from cll_scale.analysis.attribution import attribute, prepare
         text = (text or "").strip()
         if msg := self.too_long(text):
             return msg, ""

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from study_table import at_nll  # noqa: E402
 
-from cll_scale.metrics import read_rows  # noqa: E402
+from cll_scale.training.metrics import read_rows  # noqa: E402
 
 # (question, report, model): the table, in its order.
 QUESTIONS = [

@@ -16,10 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cll_scale.cli import csv_list  # noqa: E402
-from cll_scale.langid import Lingua, detect  # noqa: E402
-from cll_scale.languages import Direction  # noqa: E402
-from cll_scale.outputs import write_atomic  # noqa: E402
+from cll_scale.core.cli import csv_list  # noqa: E402
+from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
+from cll_scale.data.languages import Direction  # noqa: E402
+from cll_scale.core.outputs import write_atomic  # noqa: E402
 
 
 def agreement(files: list[Path], languages: list[str], examples: int = 3) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.metrics import read_rows  # noqa: E402
+from cll_scale.training.metrics import read_rows  # noqa: E402
 
 MODELS = ("baseline", "fcll")
 RESULTS = ROOT / "docs" / "results"
@@ -112,7 +112,7 @@ def examples(report_dir: Path, split: str, corpus: Path | None, now: dict[str, d
     in the asked one (langdetect, as the rates), one direction after another, FCLL's outputs
     nearest their references first."""
     from cll_scale.evaluate import file_name
-    from cll_scale.langid import detect
+    from cll_scale.evaluation.langid import detect
     out = ["Zero-shot sentences the Baseline answers in another language and FCLL in the right one:"]
     if set(now) != set(MODELS):
         return out + ["  (needs both models)"]

@@ -30,14 +30,14 @@ RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.evaluate import markdown  # noqa: E402
-from cll_scale.scoring import DirectionResult, averages  # noqa: E402
-from cll_scale.outputs import write_atomic  # noqa: E402
-from cll_scale.checkpointer import chosen_export  # noqa: E402
-from cll_scale.precision import hardware  # noqa: E402
+from cll_scale.evaluation.scoring import DirectionResult, averages  # noqa: E402
+from cll_scale.core.outputs import write_atomic  # noqa: E402
+from cll_scale.training.checkpointer import chosen_export  # noqa: E402
+from cll_scale.training.precision import hardware  # noqa: E402
 from cll_scale.repro.plan import Budget  # noqa: E402
 from cll_scale.repro.report import plot_links  # noqa: E402
 from cll_scale.repro.scheduler import train  # noqa: E402
-from cll_scale.run import frozen_names  # noqa: E402
+from cll_scale.run.build import frozen_names  # noqa: E402
 
 PY = sys.executable
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cll_scale.metrics import read_rows  # noqa: E402
+from cll_scale.training.metrics import read_rows  # noqa: E402
 from cll_scale.repro.report import mean_std  # noqa: E402
 
 # The study's variants in the order of its tables, with the names its prose uses (paper §3; SD's two

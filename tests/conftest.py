@@ -36,8 +36,8 @@ def multi30k() -> Path:
 @pytest.fixture(scope="session")
 def m30k_centered(multi30k, tmp_path_factory) -> Path:
     """Real Multi30k, centered on English: the shard directory most tests read."""
-    from data_tools.build import BuildConfig, build_shards
-    from data_tools.sources import read_multiway
+    from cll_scale.data.shards import BuildConfig, build_shards
+    from cll_scale.data.corpora import read_multiway
     out = tmp_path_factory.mktemp("shards") / "m30k-centered"
     build_shards(read_multiway(multi30k, "centered"), BuildConfig(out_dir=str(out)))
     return out
@@ -80,8 +80,8 @@ def triangle_export(multi30k, tmp_path_factory) -> tuple[Path, Path]:
     """A second real model, on other languages (de, fr, cs) than `tiny_export` (en, de, fr, cs),
     and its shards; trained once for the session (the misuse and demo tests share it)."""
     import subprocess
-    from data_tools.build import BuildConfig, build_shards
-    from data_tools.sources import read_multiway
+    from cll_scale.data.shards import BuildConfig, build_shards
+    from cll_scale.data.corpora import read_multiway
     root = tmp_path_factory.mktemp("tri")
     corpus = head_corpus(multi30k, root / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs"))
     shards = root / "shards"

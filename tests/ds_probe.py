@@ -7,10 +7,10 @@ import sys
 
 import torch
 
-from cll_scale import engine as ds
+from cll_scale.training import engine as ds
 from cll_scale.train import build_parser, recipe_from_args
-from cll_scale.run import build_run
-from cll_scale.trainer import Trainer
+from cll_scale.run.build import build_run
+from cll_scale.run.trainer import Trainer
 
 
 def split_report(argv=None) -> tuple[str, list[str]]:

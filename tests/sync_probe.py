@@ -14,8 +14,8 @@ import torch
 
 from cll_scale import train as train_mod
 from cll_scale.train import build_parser, recipe_from_args
-from cll_scale.run import build_run
-from cll_scale.trainer import Trainer
+from cll_scale.run.build import build_run
+from cll_scale.run.trainer import Trainer
 from tests.ds_probe import split_report
 
 COUNTS: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -36,7 +36,7 @@ def _counting(owner, name):
 
     def wrapper(*args, **kwargs):
         # One read counts once: a torch function mode (bf16 matmuls in fp32 on a CPU without bf16
-        # units, cll_scale.precision) hands the same call back through this wrapper.
+        # units, cll_scale.training.precision) hands the same call back through this wrapper.
         if STATE["step"] is not None and not STATE["inside"]:
             COUNTS[STATE["step"]][f"{name} @ {_site()}"] += 1
         STATE["inside"] += 1

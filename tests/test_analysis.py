@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-from cll_scale.analysis import (COMPONENTS, attention_maps, attribute, is_symbol_piece, prepare, tag_share,
+from cll_scale.analysis.attribution import (COMPONENTS, attention_maps, attribute, is_symbol_piece, prepare, tag_share,
                                 token_class, token_log_probs)
 from cll_scale.analyze import main as analyze_main
 from cll_scale.evaluate import TAG_OMITTED, evaluate_entries, pairs_from_shards
-from cll_scale.export import export_lang_tag
+from cll_scale.model.export import export_lang_tag
 from cll_scale.translate import Translator
 from tests.conftest import ROOT
 
@@ -116,7 +116,7 @@ def test_attention_rows_sum_to_one_and_the_kept_weights_change_nothing(tiny_expo
     # weights are kept only inside the block, and the explicit path gives the fused kernel's outputs
     assert all(not m.keep_weights and m.weights is None for m in tr.model.attentions().values())
     with torch.no_grad():
-        from cll_scale.analysis import keeping_attention
+        from cll_scale.analysis.attribution import keeping_attention
         with keeping_attention(tr.model):
             kept = token_log_probs(tr.model, ex)
     assert torch.allclose(fast, kept, atol=1e-5)
@@ -216,7 +216,7 @@ def test_a_rerun_leaves_only_its_own_files_in_the_directory(tiny_export, m30k_ce
 def test_a_directory_in_use_by_another_analysis_is_refused(tiny_export, m30k_centered, tmp_path, capsys,
                                                            no_model_loaded):
     """Issue 51 row 15: two analyses into one --out at once; the second is refused, not the last writer."""
-    from cll_scale.outputs import DirLock
+    from cll_scale.core.outputs import DirLock
     out = tmp_path / "an" / "cc"
     running = DirLock(out, "cll-analyze run").acquire()          # the first analysis, still at work
     try:
@@ -241,7 +241,7 @@ def test_a_directory_in_use_by_another_analysis_is_refused(tiny_export, m30k_cen
 def test_attribution_too_large_for_memory_is_refused_naming_the_largest_that_fits(
         tiny_export, m30k_centered, tmp_path, capsys, monkeypatch, memory, argv, message):
     import re
-    import cll_scale.analysis as analysis
+    import cll_scale.analysis.attribution as analysis
     if memory is None:
         tr = Translator.load(tiny_export)
         src, ref = (x[0] for x in pairs_from_shards(m30k_centered, "test_2016_flickr")["de-fr"])
@@ -265,7 +265,7 @@ def test_attribution_too_large_for_memory_is_refused_naming_the_largest_that_fit
 def test_attribution_takes_as_many_steps_at_a_time_as_fit_with_the_same_result(tiny_export):
     """What fits in memory decides how many integration steps go through the model at once, not
     the values: memory no longer grows with --steps."""
-    from cll_scale.analysis import MemoryBudget, step_bytes
+    from cll_scale.analysis.attribution import MemoryBudget, step_bytes
     tr = Translator.load(tiny_export)
     ex = prepare(tr, SENTENCE, "fr", "Un homme fait du vélo dans la rue.")
     t = ex.target.shape[1]

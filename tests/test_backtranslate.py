@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from cll_scale.languages import Direction
-from cll_scale.manifest import Manifest
+from cll_scale.data.languages import Direction
+from cll_scale.data.manifest import Manifest
 from tests.conftest import ROOT
 from tests.test_train import DEEPSPEED, free_port
 
@@ -20,8 +20,8 @@ MAX_ROWS = 50
 
 @pytest.fixture()
 def small_model(small_multiway, tmp_path):
-    from data_tools.build import BuildConfig, build_shards
-    from data_tools.sources import read_multiway
+    from cll_scale.data.shards import BuildConfig, build_shards
+    from cll_scale.data.corpora import read_multiway
     shards = tmp_path / "shards"
     build_shards(read_multiway(small_multiway, "centered"), BuildConfig(out_dir=str(shards), vocab_size=1000,
                                                                         block_rows=64))

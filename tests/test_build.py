@@ -8,13 +8,13 @@ import pyarrow as pa
 import pytest
 import sentencepiece as spm
 
-from cll_scale.manifest import Manifest, ManifestError
-from data_tools import build as build_mod
-from data_tools.build import BuildConfig, build_shards
+from cll_scale.data.manifest import Manifest, ManifestError
+from cll_scale.data import shards as build_mod
+from cll_scale.data.shards import BuildConfig, build_shards
 from data_tools.cli import main
-from data_tools.clock import StageClock
-from data_tools.sources import read_hf_dataset, read_multiway
-from data_tools.tokenizer import language_sample_rates
+from cll_scale.core.clock import StageClock
+from cll_scale.data.corpora import read_hf_dataset, read_multiway
+from cll_scale.data.tokenizer import language_sample_rates
 from tests.conftest import OPUS_SAMPLE, run_cli
 from tests.hf_fixtures import multi30k_pairs, write_pair, write_repo_card
 
@@ -305,7 +305,7 @@ def test_an_output_that_cannot_be_written_is_named_by_out_before_the_corpus_is_r
     after that check leaves no folder behind either."""
     import os
     import data_tools.cli
-    from cll_scale.cli import EXIT_FILES, EXIT_INPUT
+    from cll_scale.core.cli import EXIT_FILES, EXIT_INPUT
 
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(main, ["build", "--input", "nosuch", "--out", "new/deep/x"], capsys)
@@ -400,7 +400,7 @@ def test_multi30k_downloader_on_local_files(multi30k, tmp_path, capsys):
 
 def test_inspect_says_when_the_tag_decides_the_output_language():
     from data_tools.cli import dependence_lines
-    from data_tools.sources import condition_directions
+    from cll_scale.data.corpora import condition_directions
     square = dependence_lines(condition_directions("square", ["de", "fr", "cs", "en"], None)[2])
     assert square == ["targets by source: de→fr,en  fr→de,cs  cs→fr,en  en→cs,de",
                       "strict dependence: no, the language tag decides the output of every source language"]

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.cli import EXIT_FILES, EXIT_INPUT
-from cll_scale.checkpointer import CheckpointConfig
-from cll_scale.config import (ModelConfig, TrainConfig, _coerce, apply_overrides, build_section, coerce_number, load_recipe,
+from cll_scale.core.cli import EXIT_FILES, EXIT_INPUT
+from cll_scale.training.checkpointer import CheckpointConfig
+from cll_scale.run.recipe import (ModelConfig, TrainConfig, _coerce, apply_overrides, build_section, coerce_number, load_recipe,
                               section_classes)
-from cll_scale.optim import OptimConfig
-from cll_scale.outputs import json_text
-from cll_scale.stream import StreamConfig
+from cll_scale.training.optim import OptimConfig
+from cll_scale.core.outputs import json_text
+from cll_scale.data.stream import StreamConfig
 from tests.conftest import run_cli
 from tests.test_misuse import cli, one_line_error
 from tests.test_train import common
@@ -128,7 +128,7 @@ def test_seeds_ports_and_hosts_are_checked_where_the_flag_is_named(tiny_export, 
 def test_every_recipe_setting_is_a_flag_with_its_default_and_help_written_once():
     import dataclasses
 
-    from cll_scale.config import recipe_flags
+    from cll_scale.run.recipe import recipe_flags
     from cll_scale.train import build_parser, recipe_from_args
     actions = {a.dest: a for a in build_parser()._actions}
     flagged = 0
@@ -156,8 +156,8 @@ def test_every_recipe_setting_is_a_flag_with_its_default_and_help_written_once()
 def test_cll_shards_flags_come_from_the_build_config():
     import dataclasses
 
-    from cll_scale.cli import config_from_args
-    from data_tools.build import BuildConfig
+    from cll_scale.core.cli import config_from_args
+    from cll_scale.data.shards import BuildConfig
     from data_tools.cli import build_parser
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices["build"]
@@ -174,7 +174,7 @@ def test_cll_shards_flags_come_from_the_build_config():
 
 
 def test_settings_that_moved_to_their_section_are_read_with_one_notice(capsys):
-    from cll_scale.config import MOVED, upgrade
+    from cll_scale.run.recipe import MOVED, upgrade
     old = {"train": {"lr": 1e-3, "valid_every": 250, "ckpt_every": 250, "log_every": 25, "seed": 2}}
     new = upgrade(old, "old.yaml")
     assert new == {"train": {"seed": 2}, "optim": {"lr": 1e-3}, "valid": {"every": 250},
@@ -195,7 +195,7 @@ def test_the_shipped_recipes_name_each_setting_in_its_section():
     """The project's own recipes are read without the moved-settings notice: they would stop
     loading when the old names go."""
     import yaml
-    from cll_scale.config import upgrade
+    from cll_scale.run.recipe import upgrade
     recipes = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
     assert len(recipes) > 20
     old = [path.name for path in recipes if upgrade(yaml.safe_load(path.read_text())) != yaml.safe_load(path.read_text())]
@@ -203,7 +203,7 @@ def test_the_shipped_recipes_name_each_setting_in_its_section():
 
 
 def test_an_old_recipe_takes_new_overrides_and_an_old_override_is_mapped(tmp_path, capsys):
-    from cll_scale.config import apply_overrides
+    from cll_scale.run.recipe import apply_overrides
     old = tmp_path / "old.yaml"
     old.write_text("train:\n  lr: 1.0e-3\n  valid_every: 250\n  seed: 3\n")
     recipe = apply_overrides(load_recipe(old), ["valid.every=5", "train.log_every=7"])
@@ -287,8 +287,8 @@ def test_a_recipe_that_gives_a_key_twice_is_refused(tmp_path, name, text, needle
     ({"eos_id": 7}, "model.eos_id=7 (the shards' 3)"),
 ])
 def test_a_model_that_does_not_fit_the_shards_is_refused_at_start(model, needle):
-    from cll_scale.config import build_configs
-    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.run.recipe import build_configs
+    from cll_scale.data.manifest import TokenizerInfo
     tok = TokenizerInfo("spm.model", "", 1000, 0, 1, 2, 3, {})
     build_configs({"preset": "tiny", "model": {"vocab_size": 1024}}, ["de", "fr", "cs"], None, tok)  # larger: fine
     with pytest.raises(ValueError) as err:

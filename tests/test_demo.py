@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.engine import free_port
-from cll_scale.langid import Lingua, detect
+from cll_scale.training.engine import free_port
+from cll_scale.evaluation.langid import Lingua, detect
 from tests.conftest import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -81,10 +81,10 @@ def why_rows(table: str) -> list[tuple[str, float, float | None]]:
 
 def test_why_view_gives_each_tokens_ffn_and_lsl_attribution(server, tiny_export):
     """The "why this language?" view shows, per output token, the FFN's and the LSL's
-    attribution summed over the layers: the numbers of cll_scale.analysis on the same model and
+    attribution summed over the layers: the numbers of cll_scale.analysis.attribution on the same model and
     steps; the central language (en) has no LSL and says so; bad requests get a message."""
     from gradio_client import Client
-    from cll_scale.analysis import attribute, prepare
+    from cll_scale.analysis.attribution import attribute, prepare
     from cll_scale.translate import Translator
     client = Client(server[0], verbose=False)
     text = "Ein Mann fährt Fahrrad."

@@ -11,10 +11,10 @@ import sentencepiece as spm
 import torch
 from safetensors.torch import load_file, save_file
 
-from cll_scale.export import load_export
+from cll_scale.model.export import load_export
 from cll_scale.extend import grow_model, old_cll_patterns
-from cll_scale.manifest import Manifest
-from cll_scale.stream import eval_batches
+from cll_scale.data.manifest import Manifest
+from cll_scale.data.stream import eval_batches
 from tests.conftest import ROOT, head_corpus
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -23,8 +23,8 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 @pytest.fixture(scope="module")
 def pretrained(multi30k, tmp_path_factory):
     """en/de/fr centered shards (first 300 lines) and a tiny FCLL model trained on them."""
-    from data_tools.build import BuildConfig, build_shards
-    from data_tools.sources import read_multiway
+    from cll_scale.data.shards import BuildConfig, build_shards
+    from cll_scale.data.corpora import read_multiway
     tmp = tmp_path_factory.mktemp("extend")
     corpus = head_corpus(multi30k, tmp / "corpus", lambda name: name.startswith(("train.", "val.", "test_2016_flickr.")))
     shards = tmp / "shards"

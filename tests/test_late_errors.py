@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from cll_scale.cli import EXIT_INPUT
-from cll_scale.outputs import OutputError
+from cll_scale.core.cli import EXIT_INPUT
+from cll_scale.core.outputs import OutputError
 from tests.test_misuse import cli
 from tests.test_train import common, losses
 
@@ -57,7 +57,7 @@ def test_fine_tuning_arguments_are_checked_before_any_work(tiny_export, m30k_cen
 
 
 def test_a_run_that_wrote_nothing_yet_takes_other_settings(tmp_path):
-    from cll_scale.finetune import record_settings
+    from cll_scale.loops.finetune import record_settings
     out = tmp_path / "ext"
     record_settings(out, "cll-extend", {"vocab_size": 200, "lang": "it"}, set(), restart=False)
     # It failed before its first output (say, SentencePiece refused 200 pieces): the corrected
@@ -70,8 +70,8 @@ def test_a_run_that_wrote_nothing_yet_takes_other_settings(tmp_path):
 
 
 def test_vocabulary_too_large_names_the_flag(m30k_centered, tmp_path):
-    from cll_scale.manifest import Manifest
-    from data_tools.spm_extend import ExtendError, extend_sentencepiece
+    from cll_scale.data.manifest import Manifest
+    from cll_scale.data.spm_extend import ExtendError, extend_sentencepiece
     old = m30k_centered / Manifest.load(m30k_centered).tokenizer.file
     text = ["Una frase breve, però già così è ricca: àèéìòù!", "Un cane corre sulla spiaggia?"] * 25
     with pytest.raises(ExtendError) as err:
@@ -84,7 +84,7 @@ def test_vocabulary_too_large_names_the_flag(m30k_centered, tmp_path):
 # -- finding 18: a moved run goes on -----------------------------------------------------------------
 
 def test_a_moved_run_and_moved_inputs_resume(m30k_centered, tiny_export, tmp_path):
-    from cll_scale.finetune import record_settings, resolved_settings
+    from cll_scale.loops.finetune import record_settings, resolved_settings
 
     def open_output(out, settings):          # what cll-bt does on rank 0 (finetune.open_output)
         resolved, identity = resolved_settings(settings)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cll_scale.cli import EXIT_DEVICE, EXIT_FILES, EXIT_INPUT
+from cll_scale.core.cli import EXIT_DEVICE, EXIT_FILES, EXIT_INPUT
 from tests.conftest import ROOT, run_cli
 from tests.test_train import ENV, common, losses
 
@@ -99,8 +99,8 @@ def test_resume_with_other_model_settings_is_refused_before_loading(m30k_centere
 # -- finding 4 and 5: reruns with changed arguments are refused or honoured ---------------------------
 
 def test_fine_tuning_settings_are_recorded_and_a_changed_rerun_names_each_difference(tmp_path):
-    from cll_scale.finetune import record_settings
-    from cll_scale.outputs import OutputError
+    from cll_scale.loops.finetune import record_settings
+    from cll_scale.core.outputs import OutputError
     out = tmp_path / "bt"
     first = {"bt_langs": ["de"], "max_rows": 10, "lr": 3e-4, "epochs": 2}
     record_settings(out, "cll-bt", first, {"epochs"}, restart=False)
@@ -300,8 +300,8 @@ def test_no_validation_split_is_said_once_at_start(small_multiway, tmp_path):
     corpus.mkdir()
     for f in small_multiway.glob("train.*"):
         shutil.copy(f, corpus / f.name)
-    from data_tools.build import BuildConfig, build_shards
-    from data_tools.sources import read_multiway
+    from cll_scale.data.shards import BuildConfig, build_shards
+    from cll_scale.data.corpora import read_multiway
     shards = tmp_path / "shards"
     build_shards(read_multiway(corpus, "centered"), BuildConfig(out_dir=str(shards), vocab_size=800))
     res = cli("cll_scale.train", *common(shards, tmp_path / "run", 3, "--set", "valid.every=1"))

@@ -3,8 +3,8 @@ dispatch, residual removal, variants."""
 import pytest
 import torch
 
-from cll_scale.config import PRESETS, ModelConfig
-from cll_scale.model import CLLTransformer, LangGroups, label_smoothed_loss
+from cll_scale.run.recipe import PRESETS, ModelConfig
+from cll_scale.model.model import CLLTransformer, LangGroups, label_smoothed_loss
 
 LANGS = ["en", "de", "fr", "cs"]          # en is central: de, fr, cs get LSLs
 
@@ -156,13 +156,13 @@ def test_model_module_imports_no_deepspeed():
     import subprocess
     import sys
     code = ("import sys; sys.modules['deepspeed'] = None\n"
-            "import cll_scale.model, cll_scale.export, cll_scale.stream\nprint('ok')")
+            "import cll_scale.model.model, cll_scale.model.export, cll_scale.data.stream\nprint('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
 
 
 def test_dropout_rate_scale_and_determinism():
-    from cll_scale.model import dropout
+    from cll_scale.model.model import dropout
     x = torch.ones(400, 500)
     torch.manual_seed(3)
     y = dropout(x, 0.1, True)

@@ -16,9 +16,9 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 @pytest.mark.slow
 def test_dry_run_prints_consistent_figures_and_leaves_the_run_dir_alone(m30k_centered, tmp_path):
-    from cll_scale.config import PRESETS, ModelConfig
-    from cll_scale.manifest import Manifest
-    from cll_scale.model import CLLTransformer
+    from cll_scale.run.recipe import PRESETS, ModelConfig
+    from cll_scale.data.manifest import Manifest
+    from cll_scale.model.model import CLLTransformer
     run, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
     res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
@@ -58,8 +58,8 @@ def test_dry_run_refuses_resume():
 
 
 def test_valid_max_sentences_splits_the_first_lines_over_ranks(m30k_centered):
-    from cll_scale.stream import eval_batches
-    from cll_scale.validator import lines_between
+    from cll_scale.data.stream import eval_batches
+    from cll_scale.training.validator import lines_between
     n, max_tokens = 50, 512
     seen = []
     for rank, world in ((0, 2), (1, 2)):
@@ -75,9 +75,9 @@ def test_valid_max_sentences_splits_the_first_lines_over_ranks(m30k_centered):
 def test_validator_scores_only_the_first_sentences(m30k_centered, monkeypatch):
     """The validation NLL with valid.max_sentences = N is the NLL of the first N lines of each
     direction, computed here one sentence at a time."""
-    from cll_scale.config import PRESETS, ModelConfig
-    from cll_scale.manifest import Manifest
-    from cll_scale.model import CLLTransformer
+    from cll_scale.run.recipe import PRESETS, ModelConfig
+    from cll_scale.data.manifest import Manifest
+    from cll_scale.model.model import CLLTransformer
     m = Manifest.load(m30k_centered)
     torch.manual_seed(0)
     model = CLLTransformer(ModelConfig(**PRESETS["tiny"], vocab_size=m.tokenizer.vocab_size, languages=m.languages,
@@ -97,9 +97,9 @@ def test_validator_scores_only_the_first_sentences(m30k_centered, monkeypatch):
 
 
 def check_first_sentences(m, model, engine, shards, n=12):
-    from cll_scale.model import label_smoothed_loss
-    from cll_scale.stream import StreamConfig, eval_batches
-    from cll_scale.validator import ValidConfig, Validator, lines_between
+    from cll_scale.model.model import label_smoothed_loss
+    from cll_scale.data.stream import StreamConfig, eval_batches
+    from cll_scale.training.validator import ValidConfig, Validator, lines_between
     validator = Validator(ValidConfig(max_sentences=n), str(shards), StreamConfig(max_tokens=1024), m, 0, 1,
                           torch.device("cpu"), None)
     record = validator.run(engine, 1).record
@@ -119,8 +119,8 @@ def check_first_sentences(m, model, engine, shards, n=12):
 
 
 def test_recipe_for_opus100_resolves():
-    from cll_scale.config import build_configs, load_recipe
-    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.run.recipe import build_configs, load_recipe
+    from cll_scale.data.manifest import TokenizerInfo
     recipe = load_recipe(ROOT / "recipes" / "opus100_fcll_paper.yaml")
     tok = TokenizerInfo("spm.model", "", 64000, 0, 1, 2, 3, {})
     cfg = build_configs(recipe, ["en", "de", "fr"], "en", tok)

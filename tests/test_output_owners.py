@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.cli import EXIT_INPUT
-from cll_scale.outputs import (DirLock, OutputError, atomic_dir, check_apart, check_owner, directory_owner,
+from cll_scale.core.cli import EXIT_INPUT
+from cll_scale.core.outputs import (DirLock, OutputError, atomic_dir, check_apart, check_owner, directory_owner,
                                share_modes)
 from tests.conftest import run_cli
 from tests.test_misuse import cli, one_line_error
@@ -30,7 +30,7 @@ def fake_run(path, command, **settings):
 # -- finding 1: --restart deletes another tool's run -------------------------------------------------
 
 def test_restart_never_deletes_another_commands_run(tmp_path):
-    from cll_scale.finetune import record_settings
+    from cll_scale.loops.finetune import record_settings
     ext = fake_run(tmp_path / "ext", "cll-extend", lang="it")
     for restart in (False, True):
         with pytest.raises(OutputError) as err:
@@ -222,7 +222,7 @@ def test_an_export_is_named_as_an_export(tiny_export, m30k_centered, tmp_path, c
     named "a cll-shards build run"."""
     import shutil
     from cll_scale.analyze import main as analyze_main
-    from cll_scale.outputs import EXPORT
+    from cll_scale.core.outputs import EXPORT
     copy = tmp_path / "exp-copy"
     shutil.copytree(tiny_export, copy)
     assert directory_owner(copy) == EXPORT and directory_owner(m30k_centered) == "cll-shards build"
@@ -241,7 +241,7 @@ def test_an_unwritable_output_is_refused_before_any_work(tiny_export, m30k_cente
     way refuses the directory to every user (root included, whom neither chmod nor, in most
     containers, chattr stops); a read-only folder only to one who is not root."""
     from cll_scale.analyze import main as analyze_main
-    from cll_scale.cli import EXIT_FILES
+    from cll_scale.core.cli import EXIT_FILES
     from cll_scale.evaluate import main as eval_main
     from cll_scale.translate import Translator
     monkeypatch.setattr(Translator, "load", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from cll_scale.export import load_export
-from cll_scale.outputs import BusyError, DirLock
+from cll_scale.model.export import load_export
+from cll_scale.core.outputs import BusyError, DirLock
 from tests.conftest import ROOT
 
 REWRITE = """
 import sys
-from cll_scale.export import load_export, write_export
+from cll_scale.model.export import load_export, write_export
 model, manifest = load_export(sys.argv[1])
 src = sys.argv[1]
 write_export(sys.argv[2], model.state_dict(), model.cfg, src, {"step": 12345})

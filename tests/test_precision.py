@@ -1,4 +1,4 @@
-"""The machine facts that choose a run's precision, and MFU's peak (cll_scale/precision.py)."""
+"""The machine facts that choose a run's precision, and MFU's peak (cll_scale/training/precision.py)."""
 import contextlib
 import json
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cll_scale import faults
-from cll_scale.precision import (DS_CONFIGS, PEAK_BF16_TFLOPS, Bf16MatmulsInFp32, cpu_bf16_speedup, emulates_bf16,
+from cll_scale.core import faults
+from cll_scale.training.precision import (DS_CONFIGS, PEAK_BF16_TFLOPS, Bf16MatmulsInFp32, cpu_bf16_speedup, emulates_bf16,
                                  peak_bf16_tflops, precision, resolve_ds_config)
 
 

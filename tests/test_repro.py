@@ -252,7 +252,7 @@ def test_a_study_keeps_the_training_rules_it_was_begun_with(tmp_path):
     mix the two silently: refused with the --set that continues the study as trained, and that
     --set keeps the records (it restates their own rules). Recipes that name their rules (the
     diagnostics) may differ from each other."""
-    from cll_scale.config import training_rules
+    from cll_scale.run.recipe import training_rules
     from cll_scale.repro.plan import Budget
     from cll_scale.repro.records import check_one_rule, recipe_rules, recorded_rules, training_identity, use_records, \
         write_record
@@ -303,8 +303,8 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     machine would train in fp32 is refused, with each precision's models named, and so is a run
     begun in one precision and resumed in another; --allow-mixed-precision lets it go on, and the
     report names each model's precision."""
-    from cll_scale.precision import default_ds_config, precision
-    from cll_scale.precision import hardware, planned_precision, trained_precision
+    from cll_scale.training.precision import default_ds_config, precision
+    from cll_scale.training.precision import hardware, planned_precision, trained_precision
     from cll_scale.repro.plan import Budget
     from cll_scale.repro.records import check_one_precision
     from cll_scale.repro.report import write_report
@@ -331,7 +331,7 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
                                          r"pass --precision bf16 to train the rest in the study's precision"):
         check_one_precision(runs, fp32, allow=False)
     # what --precision asks reaches the trainings, not the models' identity or their compared settings
-    from cll_scale.precision import ds_config_of
+    from cll_scale.training.precision import ds_config_of
     from cll_scale.repro.records import recorded_differences
     from cll_scale.repro.study import Study
     asked = Study("triangle", ["fcll"], tmp_path, tmp_path, tmp_path, tmp_path, tmp_path, None, precision="bf16")
@@ -403,8 +403,8 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
     """`--settings small / paper / paper_small` each find the four variants of the study, and no
     other family's recipe (the prefixes nest: ``paper_small_fcll`` starts like ``paper_*``); each
     recipe resolves to what its family promises."""
-    from cll_scale.config import build_configs, load_recipe
-    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.run.recipe import build_configs, load_recipe
+    from cll_scale.data.manifest import TokenizerInfo
     from cll_scale.repro.plan import recipe_files, settings_suffix
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
     for settings in ("small", "paper", "paper_small"):
@@ -428,8 +428,8 @@ def test_each_settings_family_finds_its_own_four_triangle_recipes():
 def test_the_diagnostics_recipes_name_every_rule_they_test():
     """Issue 34's diagnostics: each question's recipe names data.mixing and model.lsl_dropout, so
     it means the same whatever the defaults become, and differs from the controls only in them."""
-    from cll_scale.config import build_configs, load_recipe
-    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.run.recipe import build_configs, load_recipe
+    from cll_scale.data.manifest import TokenizerInfo
     from cll_scale.repro.plan import SETTINGS, recipe_files
     assert "diagnostics" in SETTINGS
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
@@ -467,8 +467,8 @@ def test_the_quickstart_recipes_are_the_diagnostics_with_a_faster_schedule():
     """Issue 52: make quickstart's recipes differ from the diagnostics' triangle (whose records its
     summary quotes trained longer) in the tokens a step, the warm-up and validation's decoding
     alone, as their comments and docs/usage.md say."""
-    from cll_scale.config import build_configs, load_recipe
-    from cll_scale.manifest import TokenizerInfo
+    from cll_scale.run.recipe import build_configs, load_recipe
+    from cll_scale.data.manifest import TokenizerInfo
     from cll_scale.repro.plan import recipe_files
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
     quick = recipe_files(ROOT / "recipes", "triangle", "quickstart")
@@ -619,8 +619,8 @@ def test_committed_reports_are_rewritten_byte_identically_from_their_records(tmp
 def test_what_a_study_cannot_do_is_refused_before_anything_trains(multi30k, tmp_path, capsys):
     """Issue 51 row 18: on a corpus without test_2018_flickr the study trained and evaluated
     test_2016_flickr before it said so."""
-    from data_tools.build import BuildConfig, build_shards
-    from data_tools.sources import read_multiway
+    from cll_scale.data.shards import BuildConfig, build_shards
+    from cll_scale.data.corpora import read_multiway
     from cll_scale.repro.cli import main
     from tests.conftest import head_corpus
     corpus = head_corpus(multi30k, tmp_path / "corpus", lambda name: not name.startswith("test_2018"))
@@ -645,7 +645,7 @@ def test_what_a_study_cannot_do_is_refused_before_anything_trains(multi30k, tmp_
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
     # and a second study into a report another one is writing (found in the third round): refused
     # with its holder, before it trains
-    from cll_scale.outputs import DirLock
+    from cll_scale.core.outputs import DirLock
     held = DirLock(tmp_path / "results" / "triangle", "cll-repro study").acquire()
     try:
         code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(corpus),

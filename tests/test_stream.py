@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 import torch
 
-from cll_scale.manifest import Manifest, ManifestError
-from cll_scale.stream import ShardStream, StreamConfig, eval_batches
-from data_tools.build import BuildConfig, build_shards
-from data_tools.sources import read_parquet_dir
+from cll_scale.data.manifest import Manifest, ManifestError
+from cll_scale.data.stream import ShardStream, StreamConfig, eval_batches
+from cll_scale.data.shards import BuildConfig, build_shards
+from cll_scale.data.corpora import read_parquet_dir
 from tests.conftest import ROOT
 from tests.hf_fixtures import multi30k_pairs, write_pair
 
@@ -154,7 +154,7 @@ def test_temperature_sampling_over_directions(multi30k, tmp_path):
 
 RESUME_SCRIPT = """
 import json, sys, itertools, hashlib
-from cll_scale.stream import ShardStream, StreamConfig
+from cll_scale.data.stream import ShardStream, StreamConfig
 from tests.test_stream import digest
 shards, state_file, mode, n, mixing = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 stream = ShardStream(shards, StreamConfig(seed=3, max_tokens=1024, pool_blocks=2, mix_rows=2000, mixing=mixing),

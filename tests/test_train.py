@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.engine import free_port
+from cll_scale.training.engine import free_port
 from tests.conftest import ROOT
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
@@ -124,9 +124,9 @@ def test_the_export_loads_without_deepspeed_and_a_tampered_one_is_refused(full_r
     code = f"""
 import sys; sys.modules['deepspeed'] = None
 import torch
-from cll_scale.export import load_export
-from cll_scale.model import label_smoothed_loss
-from cll_scale.stream import eval_batches
+from cll_scale.model.export import load_export
+from cll_scale.model.model import label_smoothed_loss
+from cll_scale.data.stream import eval_batches
 model, manifest = load_export({str(full_run / 'export')!r})
 nll = tokens = 0
 with torch.no_grad():
@@ -140,7 +140,7 @@ print(nll / tokens, manifest.languages)
     nll = float(out.stdout.split()[0])
     assert 0 < nll < losses(full_run)[1]         # trained weights, better than at step 1
     import shutil
-    from cll_scale.export import ExportError, load_export
+    from cll_scale.model.export import ExportError, load_export
     tampered = tmp_path / "export"
     shutil.copytree(full_run / "export", tampered)
     weights = tampered / "model.safetensors"
@@ -246,9 +246,9 @@ def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered
     value; once trained, later steps without it still move it, by AdamW's momentum (ZeRO updates its
     whole flat partition). Issue 34's finding 1, kept as a specification of data.mixing=direction."""
     import torch
-    from cll_scale.config import ModelConfig
-    from cll_scale.model import CLLTransformer
-    from cll_scale.stream import ShardStream, StreamConfig
+    from cll_scale.run.recipe import ModelConfig
+    from cll_scale.model.model import CLLTransformer
+    from cll_scale.data.stream import ShardStream, StreamConfig
     from tests.test_train_step import checkpoint_weights
     run = tmp_path / "run"
     cll_train(*common(m30k_centered, run, 4, "--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=10",

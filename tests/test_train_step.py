@@ -10,7 +10,7 @@ import torch
 from tests.conftest import ROOT
 from tests.test_train import DEEPSPEED, ENV, cll_train, common, finish, free_port, losses, probe
 
-HOST_SIDE = "tolist @ cll_scale/engine.py:host_all_reduce"   # CPU tensors over gloo, by design
+HOST_SIDE = "tolist @ cll_scale/training/engine.py:host_all_reduce"   # CPU tensors over gloo, by design
 
 
 def sync_counts(shards, run, config, tmp_path, log_every=5, steps=12):
@@ -38,7 +38,7 @@ def test_steady_state_steps_read_no_device_value(m30k_centered, tmp_path):
             assert reads.pop(HOST_SIDE) == 1, (config, step, counts[step])
             if step % 5 == 0:
                 assert sum(reads.values()) <= 2, (config, step, reads)     # the log step's reads
-                assert all("cll_scale/metrics.py" in k or "cll_scale/trainer.py:_log_train" in k for k in reads), reads
+                assert all("cll_scale/training/metrics.py" in k or "cll_scale/run/trainer.py:_log_train" in k for k in reads), reads
             else:
                 assert reads == {}, (config, step, reads)
 
@@ -76,7 +76,7 @@ def test_out_of_memory_in_a_row_ends_the_run_with_one_line(m30k_centered, tmp_pa
     res = subprocess.run([sys.executable, "-m", "cll_scale.train",
                           *common(m30k_centered, tmp_path / "run", 20, "--set", "train.max_skips_in_a_row=3")],
                          cwd=ROOT, env=dict(ENV, CLL_FAULT="oom@3x10"), capture_output=True, text=True, timeout=600)
-    assert res.returncode == 5, res.stderr[-3000:]          # training diverged (cll_scale.cli)
+    assert res.returncode == 5, res.stderr[-3000:]          # training diverged (cll_scale.core.cli)
     assert "cll-train: error: 3 steps in a row skipped" in res.stderr and "up to step 5" in res.stderr
     assert "Traceback" not in res.stderr and res.stderr.count("out of memory on a") == 3
 

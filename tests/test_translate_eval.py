@@ -9,10 +9,10 @@ import torch
 
 from cll_scale.evaluate import main as eval_main
 from cll_scale.evaluate import pairs_from_shards
-from cll_scale.scoring import score_direction
-from cll_scale.langid import detect
-from cll_scale.cli import config_from_args
-from cll_scale.decoding import DecodeConfig
+from cll_scale.evaluation.scoring import score_direction
+from cll_scale.evaluation.langid import detect
+from cll_scale.core.cli import config_from_args
+from cll_scale.model.decoding import DecodeConfig
 from cll_scale.translate import TranslateConfig, Translator
 from tests.conftest import ROOT, run_cli
 
@@ -193,7 +193,7 @@ def test_lid_agreement_reads_hypotheses_files(multi30k, tmp_path):
 def test_bleu_offtarget_figure_stays_readable_at_opus100_size(tmp_path):
     """218 directions (OPUS-100's test set): the figure stops widening at 40 inches; 6 keep 0.9 each."""
     import struct
-    from cll_scale.plots import plot_bleu_offtarget
+    from cll_scale.evaluation.plots import plot_bleu_offtarget
 
     def width(n: int) -> int:
         dirs = [{"direction": f"en-x{i:03d}", "kind": "zero-shot" if i % 7 == 0 else "supervised",

@@ -7,10 +7,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from cll_scale.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
+from cll_scale.core.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
                            positive_int, run)
-from cll_scale.decoding import DecodeConfig
-from cll_scale.precision import PRECISIONS
+from cll_scale.model.decoding import DecodeConfig
+from cll_scale.training.precision import PRECISIONS
 from cll_scale.repro import __doc__ as DOC
 from cll_scale.repro.evaluations import EvalSettings
 from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cll_scale.cli import csv_list
-from cll_scale.config import PRESETS, ModelConfig, apply_overrides, load_recipe
+from cll_scale.core.cli import csv_list
+from cll_scale.run.recipe import PRESETS, ModelConfig, apply_overrides, load_recipe
 
-CONDITIONS = ("centered", "triangle", "square", "cycle")    # data_tools.sources, paper §4.1
+CONDITIONS = ("centered", "triangle", "square", "cycle")    # cll_scale.data.corpora, paper §4.1
 # The recipe families: the study's (issue 20), the diagnostics of issue 34 (small, 2,100 steps,
 # one question per variant; docs/results/triangle-diagnostics.md), and make quickstart's (issue 52).
 SETTINGS = ("small", "paper", "paper_small", "diagnostics", "quickstart")

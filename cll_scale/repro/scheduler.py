@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from cll_scale.metrics import read_rows
+from cll_scale.training.metrics import read_rows
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, last_train_row, run_state
 

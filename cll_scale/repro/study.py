@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cll_scale.evaluate import lid_pool, summarize
-from cll_scale.outputs import DirLock, json_text, write_atomic
-from cll_scale.checkpointer import chosen_export
-from cll_scale.config import apply_overrides, load_recipe
-from cll_scale.manifest import Manifest
-from cll_scale.precision import ds_config_of, planned_precision
+from cll_scale.core.outputs import DirLock, json_text, write_atomic
+from cll_scale.training.checkpointer import chosen_export
+from cll_scale.run.recipe import apply_overrides, load_recipe
+from cll_scale.data.manifest import Manifest
+from cll_scale.training.precision import ds_config_of, planned_precision
 from cll_scale.repro.evaluations import EvalSettings, Evaluations, cached_evaluation
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
 from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,

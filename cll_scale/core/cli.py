@@ -1,0 +1,218 @@
+"""What every console script shares: the one error path, its exit codes, and small CLI helpers.
+
+An expected failure ends in one line ``cll-<cmd>: error: …`` and an exit code that tells its
+kind; a traceback is shown only with ``--debug`` (an unexpected exception still shows one: that
+is a bug to report).
+
+====  =====================================================================================
+exit  meaning
+====  =====================================================================================
+0     done
+2     bad arguments, settings or input (also argparse's code)
+3     the file system refused: a missing or unwritable path, a full disk
+4     the device: not present, or out of memory where a step cannot be skipped
+5     training diverged (too many skipped steps in a row)
+128+n stopped by signal n after saving what resumes it (SIGINT 130, SIGUSR1 138, SIGTERM 143)
+====  =====================================================================================
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from cll_scale.run.recipe import field_default
+from cll_scale.evaluation.scoring import LIDS
+
+EXIT_INPUT, EXIT_FILES, EXIT_DEVICE, EXIT_DIVERGED = 2, 3, 4, 5
+
+
+class DeviceError(RuntimeError):
+    """The requested device cannot be used (absent, or out of memory where nothing can be skipped)."""
+
+
+def add_debug_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.filename and err.strerror:
+        target = f"{err.filename} -> {err.filename2}" if err.filename2 else err.filename
+        return f"{target}: {err.strerror}"
+    return str(err) or type(err).__name__
+
+
+def exit_code(err: BaseException) -> int | None:
+    """The exit code of an expected failure; None for an unexpected one (a bug)."""
+    import torch
+    if isinstance(getattr(err, "exit_code", None), int):     # a stop by signal, checkpoint saved
+        return err.exit_code
+    if isinstance(err, KeyboardInterrupt):
+        return 130
+    if isinstance(err, (DeviceError, torch.OutOfMemoryError)):
+        return EXIT_DEVICE
+    if isinstance(err, FloatingPointError):
+        return EXIT_DIVERGED
+    if isinstance(err, FileExistsError):       # an existing output: the user decides
+        return EXIT_INPUT
+    if isinstance(err, OSError):               # (a failed checkpoint save says EXIT_FILES itself)
+        return EXIT_FILES
+    if isinstance(err, ValueError):            # ManifestError, ExportError, LanguageError, CorpusError…
+        return EXIT_INPUT
+    return None
+
+
+def run(prog: str, body: Callable[[], int | None], debug: bool = False) -> int:
+    """Call ``body`` and turn an expected failure into one line and its exit code."""
+    try:
+        return body() or 0
+    except (Exception, KeyboardInterrupt) as err:   # noqa: BLE001 - sorted into expected or not below
+        code = exit_code(err)
+        if code is None:
+            raise
+        engine = sys.modules.get("cll_scale.training.engine")      # only a command that joined a group
+        if engine is not None:
+            engine.abandon()
+        if debug:
+            traceback.print_exc()
+        if getattr(err, "exit_code", None) is not None:
+            hint = getattr(err, "hint", "")
+            print(f"{prog}: {err}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        elif isinstance(err, KeyboardInterrupt):
+            print(f"{prog}: interrupted", file=sys.stderr)
+        else:
+            print(f"{prog}: error: {_describe(err)}", file=sys.stderr)
+        return code
+
+
+def pick_device(requested: str | None) -> str:
+    """One device rule for every command: CUDA when present, ``--device`` to override."""
+    import torch
+    if requested in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    kind = requested.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"--device {requested}: no CUDA device is available here (torch {torch.__version__}"
+                          f"{'' if torch.version.cuda else ', a CPU-only build'}); use --device cpu")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"--device {requested}: expected cpu, cuda, cuda:N or auto")
+    return requested
+
+
+def echo_command(prog: str, argv: list[str] | None) -> str:
+    """The command as the user typed it: under ``deepspeed`` the launcher's ``--local_rank=N`` is
+    left out and the rank count is given instead."""
+    argv = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--local_rank=")]
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    ranks = f" ({world} ranks)" if world > 1 else ""
+    return f"`{prog} {' '.join(shlex.quote(a) for a in argv)}`{ranks}"
+
+
+def print_tables(prog: str, argv: list[str] | None, tables: dict[str, str]) -> None:
+    """The closing output of the commands that end in an evaluation: the command, then a table per split."""
+    print(f"Command: {echo_command(prog, argv)}\n")
+    for split, table in tables.items():
+        print(f"## {split}\n\n{table}")
+
+
+def parse_models(specs: list[str]) -> dict[str, str]:
+    """``--model NAME=EXPORT_DIR`` (or a bare directory, named after its parent) → {name: path}."""
+    models = {}
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        name, path = (name, path) if eq else (Path(spec).parent.name or spec, spec)
+        if name in models:
+            raise ValueError(f"--model name {name!r} given twice")
+        models[name] = path
+    return models
+
+
+def add_config_arguments(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of the dataclass ``cls`` that carries ``metadata={"help": ...}``
+    (fairseq's way): ``--max-len-a`` for ``max_len_a`` (or the metadata's ``flag``), its default
+    and type from the field, so each default and help text is written once, in the config. A field
+    without a default is a required flag; a list field reads comma-separated values; a switch
+    that is off by default is a plain flag; other metadata keys (``type``, ``choices``,
+    ``metavar``) go to ``add_argument``."""
+    own = cls.__dict__.get("__annotations__", {})      # the class's own fields first, inherited ones after
+    for f in sorted(dataclasses.fields(cls), key=lambda f: f.name not in own):
+        if "help" not in f.metadata or f.name in skip:
+            continue
+        kw = {k: v for k, v in f.metadata.items() if k not in ("help", "flag")}
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else field_default(f)
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        if default is False:
+            p.add_argument(flag, dest=f.name, action="store_true", help=f.metadata["help"])
+            continue
+        if "type" not in kw:
+            kw["type"] = (csv_list if isinstance(default, list) else finite_float if isinstance(default, float)
+                          else int if isinstance(default, int) and not isinstance(default, bool) else str)
+        shown = ",".join(default) if isinstance(default, list) else default
+        help_text = f.metadata["help"] + ("" if required or shown in ("", None) else f" (default: {shown})")
+        p.add_argument(flag, dest=f.name, required=required, default=default, help=help_text, **kw)
+
+
+def config_from_args(cls, args: argparse.Namespace, **values):
+    """``cls`` from the flags :func:`add_config_arguments` added (and ``values`` for the rest)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{**{k: v for k, v in vars(args).items() if k in names}, **values})
+
+
+def csv_list(text: str) -> list[str]:
+    """``"de, fr,,cs"`` → ``["de", "fr", "cs"]``."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative; expected 0 or more")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A float flag: ``nan`` and ``inf`` parse as floats but are never a setting."""
+    import math
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text}: expected a finite number")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    import math
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected a number >= 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected 1 or more")
+    return value
+
+
+def add_lid_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lid", type=lid_list, default=("langdetect",),
+                   help="language identifiers: langdetect (always: the paper's measure), lingua (also "
+                        "its off-target rate and code-switch share), e.g. --lid langdetect,lingua")
+    p.add_argument("--lid-workers", type=non_negative_int, default=None,
+                   help="processes that score and identify languages while decoding goes on "
+                        "(default: the cores but one; 0: in this process)")
+
+
+def lid_list(text: str) -> tuple[str, ...]:
+    """``--lid``: langdetect always comes first (the paper's measure), lingua optionally."""
+    names = tuple(dict.fromkeys(csv_list(text)))
+    unknown = [x for x in names if x not in LIDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LIDS)}")
+    return names if "langdetect" in names else ("langdetect", *names)

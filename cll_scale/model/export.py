@@ -1,0 +1,89 @@
+"""``export/``: what inference loads — no DeepSpeed, no GPU, nothing pickled.
+
+    model.safetensors    consolidated fp32 weights
+    model_config.json    ModelConfig
+    spm.model            the SentencePiece model
+    manifest.json        the shard manifest (languages, supervised / zero-shot directions, ids)
+    export.json          provenance (step, run), whether inputs carry the language tag
+                         (``lang_tag``), and the sha256 of every file above
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from cll_scale.run.recipe import ModelConfig
+from cll_scale.data.manifest import Manifest, sha256_file
+from cll_scale.model.model import CLLTransformer
+from cll_scale.core.outputs import atomic_dir, json_text
+
+FILES = ("model.safetensors", "model_config.json", "spm.model", "manifest.json")
+
+
+class ExportError(ValueError):
+    """An export directory is missing, incomplete or has been tampered with."""
+
+
+def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor], model_cfg: ModelConfig,
+                 shard_dir: str | os.PathLike, info: dict | None = None) -> Path:
+    """Write atomically: built in a temporary directory, then exchanged with the old export in
+    one step, so that a crash at any moment leaves a loadable export (the old or the new)."""
+    out = Path(out_dir)
+    with atomic_dir(out, replace=True) as tmp:
+        tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in state_dict.items()}
+        save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+        (tmp / "model_config.json").write_text(json_text(model_cfg.to_json(), indent=1))
+        manifest = Manifest.load(shard_dir)
+        shutil.copyfile(Path(shard_dir) / manifest.tokenizer.file, tmp / "spm.model")
+        manifest.tokenizer.file = "spm.model"
+        manifest.save(tmp)
+        sums = {f: sha256_file(tmp / f) for f in FILES}
+        (tmp / "export.json").write_text(json_text({**(info or {}), "sha256": sums}, indent=1))
+    return out
+
+
+def export_model_config(export_dir: str | os.PathLike) -> dict:
+    path = Path(export_dir) / "model_config.json"
+    if not path.is_file():
+        raise ExportError(f"{export_dir}: not a cll-scale export (no model_config.json)")
+    return json.loads(path.read_text())
+
+
+def export_lang_tag(export_dir: str | os.PathLike) -> bool:
+    """Whether the exported model was trained with target-language tags (``lang_tag`` in
+    export.json, from ``data.add_lang_tag``). Exports written before it was recorded were all
+    trained with tags: the setting had no other value in any recipe then."""
+    info = json.loads((Path(export_dir) / "export.json").read_text())
+    value = info.get("lang_tag", True)
+    if not isinstance(value, bool):
+        raise ExportError(f"{export_dir}/export.json: lang_tag must be true or false, not {value!r}")
+    return value
+
+
+def load_export(export_dir: str | os.PathLike, device: str | torch.device = "cpu", check: bool = True
+                ) -> tuple[CLLTransformer, Manifest]:
+    """Rebuild the model from an export; with ``check`` every file's sha256 must match."""
+    d = Path(export_dir)
+    missing = [f for f in (*FILES, "export.json") if not (d / f).is_file()]
+    if missing:
+        raise ExportError(f"{d}: not a cll-scale export (missing {', '.join(missing)})")
+    if check:
+        sums = json.loads((d / "export.json").read_text()).get("sha256", {})
+        bad = [f for f in FILES if sums.get(f) != sha256_file(d / f)]
+        if bad:
+            raise ExportError(f"{d}: {', '.join(bad)} differ from the checksums in export.json "
+                              f"(modified or damaged); refusing to load")
+    cfg = ModelConfig.from_json(json.loads((d / "model_config.json").read_text()))
+    model = CLLTransformer(cfg)
+    try:
+        state = load_file(str(d / "model.safetensors"), device="cpu")
+    except Exception as err:  # safetensors raises its own error types on malformed files
+        raise ExportError(f"{d / 'model.safetensors'}: cannot be read ({err})") from None
+    model.load_state_dict(state, strict=True)
+    manifest = Manifest.load(d)
+    return model.to(device).eval(), manifest

@@ -1,0 +1,506 @@
+"""The CLL Transformer: plain single-device PyTorch (no DeepSpeed here), read bottom-up.
+
+Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``D`` model dim, ``H`` heads,
+``F`` FFN inner size, ``R`` LSL inner size, ``V`` vocabulary, ``L`` languages with an LSL.
+
+Paper (Qu & Watanabe 2022), Eq. (3): in a decoder layer with CLL the FFN becomes
+``CLL_l(h) = FFN(h) + t_l · LSL_l(h)`` for a non-central target language ``l`` and ``FFN(h)``
+for the central one, with ``LSL_l(h) = max(0, h W1_l + b1_l) W2_l + b2_l``.
+
+LSL storage: one Parameter per language (all its CLL layers), not a stacked ``[L, D, R]`` tensor.
+Freezing the old languages when a new one is added (paper §4.4) is then ``requires_grad=False``
+instead of gradient masks, and adding a language appends a Parameter. A language absent from a
+step is not left out of the update, though. With several ranks and mixed batches the trainer adds
+:meth:`CLLTransformer.lsl_zero` to the loss (``Run.touch_lsls``), so every rank gives every LSL a
+gradient (zeros for an absent language) and fills the same ZeRO-2 reduction buckets. On one rank
+an absent language's ``grad`` stays ``None``, but ZeRO-2 (every ``ds_configs/*.json``) steps flat
+partitions that hold every parameter, with zeros in its place. Either way AdamW moves it by its
+moments (and by weight decay where ``optim.weight_decay`` is set); only plain AdamW without ZeRO,
+on one rank, leaves it untouched.
+The speed is the same: a language-homogeneous batch does one matmul either way
+(``bench/bench_model.py`` measures both).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cll_scale.run.recipe import ModelConfig
+
+
+def sinusoidal_positions(n: int, d: int) -> torch.Tensor:
+    """(n, d) fixed position encodings (Vaswani et al. 2017)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    inv = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    table = torch.zeros(n, d)
+    table[:, 0::2] = torch.sin(pos * inv)
+    table[:, 1::2] = torch.cos(pos * inv[: d // 2])
+    return table
+
+
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout that draws 16 random bits per element instead of a float.
+
+    On the CPU the random numbers of ``F.dropout`` (``bernoulli_``) are ~10% of a training step;
+    one 32-bit draw here serves two elements, and the keep probability is exact to 1/65536.
+    """
+    if not training or p <= 0.0:
+        return x
+    if x.device.type != "cpu" or x.numel() % 2:
+        return F.dropout(x, p, True)
+    bits = torch.randint(-2 ** 31, 2 ** 31 - 1, (x.numel() // 2,), dtype=torch.int32, device=x.device)
+    keep = bits.view(torch.int16).view(x.shape) >= int(round(p * 65536)) - 32768
+    return x * keep * (1.0 / (1.0 - p))      # bool × x casts inside the kernel, no copy
+
+
+class Attention(nn.Module):
+    """Multi-head attention on ``F.scaled_dot_product_attention``, with an optional cache for
+    incremental decoding (self-attention appends keys; cross-attention computes them once).
+
+    Cross-attention memory may hold fewer rows than the queries: then the queries are G = B / B_m
+    consecutive rows per memory row (the beams of one sentence), which attend to it together, so
+    beam search keeps one copy of each sentence's encoder keys instead of one per beam."""
+
+    def __init__(self, d: int, heads: int, dropout: float, cross: bool):
+        super().__init__()
+        self.h, self.cross, self.dropout = heads, cross, dropout
+        self.q = nn.Linear(d, d)
+        self.kv = nn.Linear(d, 2 * d)
+        self.out = nn.Linear(d, d)
+        # Analyses only (cll-analyze attention, paper Fig. 3): when set, the weights are computed
+        # explicitly and kept in ``weights`` (B, H, T, S); training and decoding keep the fused kernel.
+        self.keep_weights = False
+        self.weights: torch.Tensor | None = None
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:      # (B, N, D) -> (B, H, N, D/H)
+        b, n, d = x.shape
+        return x.view(b, n, self.h, d // self.h).transpose(1, 2)
+
+    def forward(self, x, memory=None, mask=None, causal=False, cache: dict | None = None):
+        q = self._split(self.q(x))                                     # (B, H, T, D/H)
+        if self.cross and cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = self.kv(x if memory is None else memory).chunk(2, dim=-1)
+            k, v = self._split(k), self._split(v)
+            if cache is not None:
+                if not self.cross and "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                cache["k"], cache["v"] = k, v
+        # With a cache the new query is the last position: it may see every cached key.
+        causal = causal and cache is None
+        b, h, t, dh = q.shape
+        g = b // k.shape[0]
+        if g > 1:       # (B_m*G, H, T, dh) -> (B_m, H, G*T, dh): a sentence's beams as more queries
+            q = q.view(k.shape[0], g, h, t, dh).transpose(1, 2).reshape(k.shape[0], h, g * t, dh)
+        if self.keep_weights:
+            y = self._attend_keeping_weights(q, k, v, mask, causal)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                               dropout_p=self.dropout if self.training else 0.0)
+        if g > 1:
+            y = y.view(k.shape[0], h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)
+        return self.out(y.transpose(1, 2).reshape(b, t, h * dh))
+
+    def _attend_keeping_weights(self, q, k, v, mask, causal: bool) -> torch.Tensor:
+        """What ``scaled_dot_product_attention`` computes (without dropout), with the weights kept."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])           # (B, H, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        if causal:
+            t, s = scores.shape[-2:]
+            scores = scores.masked_fill(torch.ones(t, s, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        weights = scores.float().softmax(-1)
+        self.weights = weights.detach()
+        return weights.to(v.dtype) @ v
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d: int, inner: int, activation_dropout: float):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(d, inner), nn.Linear(inner, d)
+        self.act_dropout = activation_dropout
+
+    def forward(self, x):
+        h = F.relu(self.fc1(x))
+        h = dropout(h, self.act_dropout, self.training)
+        return self.fc2(h)
+
+
+@dataclass
+class LangGroups:
+    """Which LSL each sentence uses, computed once per forward and reused by every CLL layer.
+
+    ``slots`` lists (lsl slot or -1 for the central language, start, end) over the rows in
+    ``order``; ``order`` is None when rows already come grouped (always so in training: a
+    microbatch has one target language, or its rows come ordered by target language)."""
+
+    groups: list[tuple[int, int, int]]
+    order: torch.Tensor | None = None
+    inverse: torch.Tensor | None = None
+    # slot -> per CLL layer (w1, b1, w2, b2, t): views into that language's one Parameter, taken
+    # by the model for the slots present (CLLTransformer.lsl_views)
+    weights: dict[int, list[tuple[torch.Tensor, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_slots(cls, slots: torch.Tensor) -> "LangGroups":
+        b = slots.shape[0]
+        lo, hi = torch.aminmax(slots)
+        # Host reads per forward, never per sentence: the range here and, for a mixed batch, the
+        # group sizes and the order check below.
+        lo, hi = int(lo), int(hi)
+        if lo == hi:
+            return cls([(lo, 0, b)])
+        order = torch.argsort(slots, stable=True)
+        counts = torch.bincount(slots[order] + 1).tolist()
+        groups, start = [], 0
+        for slot, n in enumerate(counts, start=-1):
+            if n:
+                groups.append((slot, start, start + n))
+                start += n
+        if torch.equal(order, torch.arange(b, device=slots.device)):
+            return cls(groups)
+        return cls(groups, order, torch.argsort(order))
+
+
+class CLLFeedForward(nn.Module):
+    """Paper Eq. (3): ``dropout(FFN(h)) + t_l · cll_dropout(LSL_l(h))``; the central language
+    gets ``dropout(FFN(h))``. Each path gets its own dropout once, before the sum, as in the
+    authors' code (``lsl_dropout: authors``). The rule before issue 34 (``double``) returned
+    the sum undropped and the decoder layer dropped it again, so the LSL path was dropped twice
+    (1 - 0.7² = 51% of it under the ``paper`` settings, against the authors' 30%).
+
+    The LSL weights are not this module's: each language keeps all of its layers' LSLs in one
+    Parameter (:attr:`CLLTransformer.lsl`), and ``groups.weights`` hands this layer its views."""
+
+    def __init__(self, cfg: ModelConfig, index: int):
+        super().__init__()
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation_dropout)
+        self.cll_dropout = cfg.cll_dropout
+        # the FFN path's own dropout, applied here under the authors' rule (the layer's otherwise)
+        self.ffn_dropout = cfg.dropout if cfg.lsl_dropout == "authors" else 0.0
+        self.index = index                  # position among the CLL layers
+        # The outputs of the LSL's two linear layers, as modules a hook can reach (layer
+        # attribution, paper Fig. 5: cll_scale/analysis/attribution.py); identities otherwise.
+        self.lsl1, self.lsl2 = nn.Identity(), nn.Identity()
+
+    def lsl(self, x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        w1, b1, w2, b2, t = weights
+        h = self.lsl2(F.linear(F.relu(self.lsl1(F.linear(x, w1, b1))), w2, b2))
+        h = dropout(h, self.cll_dropout, self.training)
+        return t * h
+
+    def forward(self, x: torch.Tensor, groups: LangGroups | None, use_lsl: bool = True) -> torch.Tensor:
+        out = dropout(self.ffn(x), self.ffn_dropout, self.training)    # (B, T, D)
+        if groups is None or not use_lsl:
+            return out
+        if len(groups.groups) == 1:
+            slot = groups.groups[0][0]
+            return out if slot < 0 else out + self.lsl(x, groups.weights[slot][self.index])
+        xs = x if groups.order is None else x.index_select(0, groups.order)
+        parts = [torch.zeros_like(xs[s:e]) if slot < 0 else self.lsl(xs[s:e], groups.weights[slot][self.index])
+                 for slot, s, e in groups.groups]
+        extra = torch.cat(parts, 0)
+        if groups.inverse is not None:
+            extra = extra.index_select(0, groups.inverse)
+        return out + extra
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, drop_residual: str | None):
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=False)
+        self.ffn = FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.pre_norm, self.dropout = cfg.pre_norm, cfg.dropout
+        # Liu et al. (2021): without this residual the encoder output is less tied to the
+        # source positions, hence more language-agnostic (paper §3, "Residual" baseline).
+        self.drop_residual = drop_residual
+
+    def _sublayer(self, x, fn, norm, residual: bool):
+        if self.pre_norm:
+            y = dropout(fn(norm(x)), self.dropout, self.training)
+            return x + y if residual else y
+        y = dropout(fn(x), self.dropout, self.training)
+        return norm(x + y if residual else y)
+
+    def forward(self, x, mask):
+        x = self._sublayer(x, lambda h: self.self_attn(h, mask=mask), self.norm1,
+                           self.drop_residual != "self_attn")
+        return self._sublayer(x, self.ffn, self.norm2, self.drop_residual != "ffn")
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, cll_index: int | None):
+        super().__init__()
+        d = cfg.d_model
+        self.self_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=False)
+        self.cross_attn = Attention(d, cfg.n_heads, cfg.attention_dropout, cross=True)
+        self.cll = cll_index is not None
+        self.ffn = CLLFeedForward(cfg, cll_index) if self.cll else FeedForward(d, cfg.ffn_dim, cfg.activation_dropout)
+        self.norm1, self.norm2, self.norm3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.pre_norm, self.dropout = cfg.pre_norm, cfg.dropout
+        # Under the authors' rule a CLL sublayer drops its two paths itself (CLLFeedForward).
+        self.ffn_dropout = 0.0 if self.cll and cfg.lsl_dropout == "authors" else cfg.dropout
+
+    def _sublayer(self, x, fn, norm, p: float | None = None):
+        p = self.dropout if p is None else p
+        if self.pre_norm:
+            return x + dropout(fn(norm(x)), p, self.training)
+        return norm(x + dropout(fn(x), p, self.training))
+
+    def forward(self, x, enc_out, enc_mask, groups, cache=None, use_lsl=True):
+        x = self._sublayer(x, lambda h: self.self_attn(h, causal=True, cache=None if cache is None else cache["self"]),
+                           self.norm1)
+        x = self._sublayer(x, lambda h: self.cross_attn(h, memory=enc_out, mask=enc_mask,
+                                                        cache=None if cache is None else cache["cross"]),
+                           self.norm2)
+        ffn = (lambda h: self.ffn(h, groups, use_lsl)) if self.cll else self.ffn
+        return self._sublayer(x, ffn, self.norm3, self.ffn_dropout)
+
+
+class CLLTransformer(nn.Module):
+    """Encoder-decoder with tied embeddings/output projection and CLL in ``cfg.cll_layers``."""
+
+    # The parameters that belong to one language, by name, for code that edits a trained model
+    # (cll-extend grows the vocabulary and adds a language's LSLs): the shared embedding (input
+    # and output, tied) and each LSL language's one Parameter holding its LSLs and t of every layer.
+    EMBEDDING = "embed.weight"
+
+    @staticmethod
+    def lsl_name(slot: int) -> str:
+        """The Parameter of the LSL language in ``slot`` (``cfg.lsl_languages`` order)."""
+        return f"lsl.{slot}"
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
+        nn.init.normal_(self.embed.weight, 0.0, d ** -0.5)
+        with torch.no_grad():
+            self.embed.weight[cfg.pad_id].zero_()
+        self.register_buffer("positions", sinusoidal_positions(cfg.max_positions, d), persistent=False)
+        self.encoder = nn.ModuleList(
+            EncoderLayer(cfg, cfg.residual_sublayer if i == cfg.residual_layer else None)
+            for i in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, cfg.cll_layers.index(i) if i in cfg.cll_layers else None)
+                                     for i in range(cfg.decoder_layers))
+        # One Parameter per non-central language holding its LSL (w1, b1, w2, b2, t) of every CLL
+        # layer: the engine handles one tensor per language instead of five per language and layer
+        # (its per-tensor Python work made FCLL with 99 languages measurably slower than the
+        # Baseline). An absent language still gets a zero gradient (touch_lsls, several ranks) or a
+        # zero slot in ZeRO-2's flat partition (one rank), so AdamW's moments still move it.
+        d, r = cfg.d_model, cfg.lsl_dim
+        self._lsl_shapes = [(r, d), (r,), (d, r), (d,), (1,)]
+        per_layer = sum(math.prod(shape) for shape in self._lsl_shapes)
+        n_layers = len(cfg.cll_layers)
+        self.lsl = nn.ParameterList(nn.Parameter(torch.zeros(n_layers * per_layer)) for _ in cfg.lsl_languages
+                                    if n_layers)
+        with torch.no_grad():
+            for slot in range(len(self.lsl)):
+                for w1, _, w2, _, t in self.lsl_views(slot):
+                    nn.init.xavier_uniform_(w1)
+                    nn.init.xavier_uniform_(w2)
+                    t.fill_(cfg.t_init)
+        if cfg.init == "xavier":
+            self._xavier_init()
+        self._register_load_state_dict_pre_hook(_pack_per_layer_lsl)
+        self.enc_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        self.dec_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
+        # tgt_lang id (manifest order) -> LSL slot, -1 for the central language.
+        slots = [cfg.lsl_languages.index(x) if x in cfg.lsl_languages else -1 for x in cfg.languages]
+        self.register_buffer("lang_slot", torch.tensor(slots or [-1], dtype=torch.long), persistent=False)
+        self._host_slots = slots
+
+    @torch.no_grad()
+    def _xavier_init(self) -> None:
+        """fairseq's Transformer init (the paper's code): Xavier-uniform Linear weights with zero
+        biases; query, key and value projections with gain 1/√2 (fairseq scales them so, as they
+        are three projections of one input). Our fused key/value weight gets it per half."""
+        for module in self.modules():
+            if isinstance(module, Attention):
+                nn.init.xavier_uniform_(module.q.weight, gain=2 ** -0.5)
+                for half in module.kv.weight.chunk(2, dim=0):
+                    nn.init.xavier_uniform_(half, gain=2 ** -0.5)
+                nn.init.xavier_uniform_(module.out.weight)
+                for linear in (module.q, module.kv, module.out):
+                    nn.init.zeros_(linear.bias)
+            elif isinstance(module, FeedForward):
+                for linear in (module.fc1, module.fc2):
+                    nn.init.xavier_uniform_(linear.weight)
+                    nn.init.zeros_(linear.bias)
+
+    def compile_blocks(self, backend: str = "inductor") -> None:
+        """``torch.compile`` per block, as torchtitan does: each encoder layer, and in each decoder
+        layer the attentions, the FFN and the LSL arithmetic, which see only tensors. The language
+        routing (:class:`LangGroups`, host ints) stays eager, so a new target language never
+        recompiles. ``dynamic=True`` traces batch and length symbolically: token-budget batches
+        of every shape share one graph instead of one compile per shape. Parameter names and the
+        state dict are unchanged."""
+        for layer in self.encoder:
+            layer.compile(backend=backend, dynamic=True)
+        for layer in self.decoder:
+            layer.self_attn.compile(backend=backend, dynamic=True)
+            layer.cross_attn.compile(backend=backend, dynamic=True)
+            inner = layer.ffn.ffn if layer.cll else layer.ffn
+            inner.compile(backend=backend, dynamic=True)
+            if layer.cll:
+                layer.ffn.lsl = torch.compile(layer.ffn.lsl, backend=backend, dynamic=True)
+
+    # -- pieces (also used by incremental decoding) ------------------------------------------
+    def _embed(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        n = tokens.shape[1]
+        if offset + n > self.cfg.max_positions:
+            raise ValueError(f"sequence of {offset + n} tokens exceeds max_positions {self.cfg.max_positions}")
+        x = self.embed(tokens) * math.sqrt(self.cfg.d_model) + self.positions[offset:offset + n].to(self.embed.weight.dtype)
+        return dropout(x, self.cfg.dropout, self.training)
+
+    def encode(self, src_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> enc_out (B, S, D) and the key mask (B, 1, 1, S), True where a real token is."""
+        mask = (src_tokens != self.cfg.pad_id)[:, None, None, :]
+        x = self._embed(src_tokens)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.enc_norm(x), mask
+
+    def lang_groups(self, tgt_lang: torch.Tensor, lang_runs: Sequence[tuple[int, int]] | None = None
+                    ) -> LangGroups | None:
+        """``lang_runs``: (target language, rows) runs in row order, when the caller knows them on
+        the host (training and validation batches, ``Batch.lang_runs``): then no device value is
+        read, provided the runs come in LSL order (the stream orders mixed batches so)."""
+        if not self.cfg.cll_layers:
+            return None
+        groups = self._host_groups(lang_runs) if lang_runs is not None else None
+        if groups is None:
+            groups = LangGroups.from_slots(self.lang_slot[tgt_lang])
+        groups.weights = {slot: self.lsl_views(slot) for slot, _, _ in groups.groups if slot >= 0}
+        return groups
+
+    def _host_groups(self, lang_runs: Sequence[tuple[int, int]]) -> LangGroups | None:
+        """Groups from host runs; None when their slots are out of order (then sorted on the device)."""
+        groups, start = [], 0
+        for lang, n in lang_runs:
+            slot = self._host_slots[lang]
+            if groups and groups[-1][0] == slot:
+                groups[-1] = (slot, groups[-1][1], start + n)
+            elif groups and groups[-1][0] > slot:
+                return None
+            else:
+                groups.append((slot, start, start + n))
+            start += n
+        return LangGroups(groups)
+
+    def lsl_views(self, slot: int) -> list[tuple[torch.Tensor, ...]]:
+        """(w1 (R, D), b1 (R,), w2 (D, R), b2 (D,), t (1,)) of LSL ``slot`` for each CLL layer, as
+        views of its Parameter (taken per forward: an engine may move the Parameter's storage)."""
+        shapes, k = self._lsl_shapes * len(self.cfg.cll_layers), len(self._lsl_shapes)
+        views = [c.view(shape) for c, shape in zip(self.lsl[slot].split([math.prod(x) for x in shapes]), shapes)]
+        return [tuple(views[i:i + k]) for i in range(0, len(views), k)]
+
+    def decode(self, prev_tokens, enc_out, enc_mask, tgt_lang, cache: list | None = None, offset: int = 0,
+               use_lsl: bool = True, groups: LangGroups | None = None) -> torch.Tensor:
+        """-> logits (B, T, V). With ``cache`` (from :meth:`new_cache`), ``prev_tokens`` are the
+        newest positions starting at ``offset``."""
+        groups = groups if groups is not None else self.lang_groups(tgt_lang)
+        x = self._embed(prev_tokens, offset)
+        for i, layer in enumerate(self.decoder):
+            x = layer(x, enc_out, enc_mask, groups, None if cache is None else cache[i], use_lsl)
+        return F.linear(self.dec_norm(x), self.embed.weight)       # (B, T, V), tied weights
+
+    def components(self) -> dict[tuple[int, str], nn.Module]:
+        """(decoder layer, name) -> the module whose output is that component, for hooks: ``ffn1``
+        and ``ffn2`` (the FFN's two linear layers, before the ReLU and after), and in CLL layers
+        ``lsl1`` and ``lsl2`` (the LSL's two, before t_l and dropout). Paper Fig. 5's components."""
+        out = {}
+        for i, layer in enumerate(self.decoder):
+            ffn = layer.ffn.ffn if layer.cll else layer.ffn
+            out[i, "ffn1"], out[i, "ffn2"] = ffn.fc1, ffn.fc2
+            if layer.cll:
+                out[i, "lsl1"], out[i, "lsl2"] = layer.ffn.lsl1, layer.ffn.lsl2
+        return out
+
+    def attentions(self) -> dict[tuple[str, int], Attention]:
+        """("encoder" | "decoder" | "cross", layer) -> its attention module."""
+        out: dict[tuple[str, int], Attention] = {("encoder", i): layer.self_attn for i, layer in enumerate(self.encoder)}
+        for i, layer in enumerate(self.decoder):
+            out["decoder", i], out["cross", i] = layer.self_attn, layer.cross_attn
+        return out
+
+    def new_cache(self) -> list[dict]:
+        return [{"self": {}, "cross": {}} for _ in self.decoder]
+
+    def forward(self, src_tokens: torch.Tensor, prev_output_tokens: torch.Tensor,
+                tgt_lang: torch.Tensor, lang_runs: Sequence[tuple[int, int]] | None = None) -> torch.Tensor:
+        enc_out, enc_mask = self.encode(src_tokens)
+        return self.decode(prev_output_tokens, enc_out, enc_mask, tgt_lang,
+                           groups=self.lang_groups(tgt_lang, lang_runs))
+
+    # -- helpers -------------------------------------------------------------------------------
+    def shift_right(self, tgt_tokens: torch.Tensor) -> torch.Tensor:
+        """Decoder input: bos + target without its last position (teacher forcing)."""
+        bos = torch.full_like(tgt_tokens[:, :1], self.cfg.bos_id)
+        return torch.cat([bos, tgt_tokens[:, :-1]], dim=1)
+
+    def lsl_zero(self) -> torch.Tensor:
+        """A zero that depends on every LSL Parameter: added to a loss, it gives each language a
+        gradient (of zeros where the language is absent), one stack for all of them."""
+        if not len(self.lsl):
+            return self.embed.weight.new_zeros(())
+        return torch.stack([p[0] for p in self.lsl]).sum() * 0.0
+
+    def t_weights(self) -> dict[str, list[float]]:
+        """Learned t_l per language (rows) and CLL layer (columns): paper Fig. 6."""
+        if not self.cfg.cll_layers:
+            return {}
+        return {lang: [float(views[4].detach()) for views in self.lsl_views(i)]
+                for i, lang in enumerate(self.cfg.lsl_languages)}
+
+
+def train_flops(cfg: ModelConfig, rows: int, src_len: int, tgt_len: int) -> float:
+    """Matmul FLOPs of one training step on a (rows × src_len, rows × tgt_len) batch: forward × 3,
+    attention included, the LSLs counted for every row (MFU's numerator; bench_model's ratios)."""
+    b, s, t = rows, src_len, tgt_len
+    d, f, v, r = cfg.d_model, cfg.ffn_dim, cfg.vocab_size, cfg.lsl_dim
+    enc = cfg.encoder_layers * (2 * b * s * (4 * d * d + 2 * d * f) + 4 * b * s * s * d)
+    dec = cfg.decoder_layers * (2 * b * t * (4 * d * d + 2 * d * d + 2 * d * f) + 2 * b * s * 2 * d * d
+                                + 4 * b * t * t * d + 4 * b * t * s * d)
+    cll = len(cfg.cll_layers) * 2 * b * t * 2 * d * r
+    out = 2 * b * t * d * v
+    return 3.0 * (enc + dec + cll + out)
+
+
+def _pack_per_layer_lsl(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    """Exports written before the LSLs moved into one Parameter per language kept them per layer
+    (``decoder.{i}.ffn.{w1,b1,w2,b2,t}.{slot}``): pack those into ``lsl.{slot}`` so they still load."""
+    old = sorted({k for k in state_dict if k.startswith(prefix + "decoder.")
+                  and k.rsplit(".", 2)[-2] in ("w1", "b1", "w2", "b2", "t") and ".ffn." in k})
+    if not old:
+        return
+    slots = sorted({int(k.rsplit(".", 1)[1]) for k in old})
+    layers = sorted({int(k[len(prefix) + len("decoder."):].split(".")[0]) for k in old})
+    for slot in slots:
+        parts = [state_dict.pop(f"{prefix}decoder.{i}.ffn.{name}.{slot}").reshape(-1)
+                 for i in layers for name in ("w1", "b1", "w2", "b2", "t")]
+        state_dict[f"{prefix}lsl.{slot}"] = torch.cat(parts)
+
+
+def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed label-smoothed cross entropy and summed NLL over non-pad target tokens."""
+    # fp32 log-probabilities (bf16 logits lose too much in the sum), upcast inside the kernel.
+    lprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]), dim=-1, dtype=torch.float32)   # (B*T, V)
+    tgt = target.reshape(-1, 1)
+    keep = tgt != pad_id
+    nll = -(lprobs.gather(1, tgt) * keep).sum()
+    # One log-softmax for both terms: torch's label_smoothing spreads ε uniformly over V classes.
+    smooth = -(lprobs.sum(-1, keepdim=True) * keep).sum()
+    loss = (1.0 - smoothing) * nll + smoothing / lprobs.shape[-1] * smooth
+    return loss, nll.detach()

@@ -1,0 +1,609 @@
+"""Typed configs: one owner per setting, and the recipe that gathers them.
+
+A recipe has one section per component, each a dataclass beside the component that uses it:
+
+=============  ==============================================  ==============================
+section        dataclass                                       used by
+=============  ==============================================  ==============================
+``model``      :class:`ModelConfig` (size presets: PRESETS)    :mod:`cll_scale.model.model`
+``data``       :class:`cll_scale.data.stream.StreamConfig`          the training stream
+``optim``      :class:`cll_scale.training.optim.OptimConfig`            AdamW and its schedule
+``checkpoint`` :class:`cll_scale.training.checkpointer.CheckpointConfig` checkpoints and exports
+``valid``      :class:`cll_scale.training.validator.ValidConfig`        validation and model selection
+``log``        :class:`cll_scale.training.metrics.LogConfig`            metrics.jsonl, the monitor, MFU
+``train``      :class:`TrainConfig`                            the run: data, budget, precision
+=============  ==============================================  ==============================
+
+Every field with ``metadata={"help": ...}`` is also a ``cll-train`` flag (``--optim.lr``),
+its default and help written once, here (:func:`add_recipe_arguments`). DeepSpeed's JSON files in
+``ds_configs/`` hold engine settings only (ZeRO stage, precision, offload, monitor); batch size,
+accumulation, clipping and learning rate are filled in by :func:`cll_scale.training.engine.make_ds_config`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:       # the sections' own modules import this one
+    from cll_scale.training.checkpointer import CheckpointConfig
+    from cll_scale.training.metrics import LogConfig
+    from cll_scale.training.optim import OptimConfig
+    from cll_scale.data.stream import StreamConfig
+    from cll_scale.training.validator import ValidConfig
+
+VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
+RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
+INITS = ("torch", "xavier")
+LSL_DROPOUTS = ("authors", "double")
+# The training rules whose default changed (issue 34), and what a config written before they
+# existed meant by their absence: records, exports and resumed runs from before were trained with
+# one direction a step and the LSL dropped twice. (A resumed run's stream state names its mixing
+# itself; cll-repro keeps one rule per study, records.check_one_rule.)
+LEGACY = {"model": {"lsl_dropout": "double"}, "data": {"mixing": "direction"}}
+LEGACY_MODEL = LEGACY["model"]
+RULES = tuple(f"{section}.{key}" for section, legacy in LEGACY.items() for key in legacy)
+
+
+def setting(default, help: str, **meta):
+    """A field whose help text (and ``meta``: choices, flag) is its cll-train flag's."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass
+class ModelConfig:
+    """Encoder-decoder Transformer with optional CLL (paper Eq. 3) in the decoder. The vocabulary,
+    special ids and languages come from the shards' manifest, the sizes from the preset."""
+
+    vocab_size: int = 8000
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+    d_model: int = setting(256, "model width D")
+    n_heads: int = setting(4, "attention heads")
+    ffn_dim: int = setting(1024, "inner size of the feed-forward layers")
+    encoder_layers: int = setting(3, "encoder layers")
+    decoder_layers: int = setting(3, "decoder layers")
+    max_positions: int = setting(1024, "longest sequence the position table holds")
+    pre_norm: bool = setting(True, "layer norm before each sublayer (false: after, as the paper's fairseq models)")
+    dropout: float = setting(0.1, "dropout on sublayer outputs and embeddings")
+    attention_dropout: float = setting(0.0, "dropout on attention weights")
+    activation_dropout: float = setting(0.0, "dropout inside the feed-forward layers")
+    init: str = setting("torch", "Linear weights: torch's default, or xavier as fairseq (the paper's code): "
+                   "Xavier-uniform, zero biases", choices=INITS)
+    # --- CLL (paper §3, Eq. 3) -------------------------------------------------------------
+    languages: list[str] = field(default_factory=list)   # index = tgt_lang id (manifest order)
+    central_language: str | None = None                   # None: every language has an LSL
+    variant: str = setting("fcll", "baseline, residual, sd, fcll (paper §4), or custom with model.cll_layers",
+                      choices=VARIANTS, flag="--variant")
+    cll_layers: list[int] | None = setting(None, "decoder layers (0-based) with CLL, e.g. [0, 2]; set by the "
+                                      "variant unless it is custom")
+    lsl_dim: int = setting(256, "R, inner size of each language-specific layer")
+    cll_dropout: float = setting(0.2, "dropout on the LSL output (paper App. A: 0.2-0.3)")
+    lsl_dropout: str = setting("authors", "authors: the FFN output gets `dropout` and the LSL output `cll_dropout`, "
+                          "each once, then they are added; double: the rule before issue 34 (the sum "
+                          "dropped again, so the LSL twice)", choices=LSL_DROPOUTS)
+    t_init: float = setting(0.1, "initial t_l, the learned weight of each LSL")
+    # --- Residual removal (Liu et al. 2021) in the middle encoder layer ---------------------
+    residual_sublayer: str | None = setting(None, "drop the residual of this sublayer of one encoder layer: ffn "
+                                       "(the paper's code) or self_attn (Liu et al. 2021); residual/sd set ffn",
+                                       choices=RESIDUAL_SUBLAYERS)
+    residual_layer: int | None = setting(None, "0-based encoder layer of the removed residual (default: the "
+                                         "middle one)")
+
+    def __post_init__(self):
+        for name in ("dropout", "attention_dropout", "activation_dropout", "cll_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:     # 1.0 divides by zero, above 1 flips the sign of activations
+                raise ValueError(f"model.{name} must be in [0, 1), not {value}")
+        for name in ("vocab_size", "d_model", "n_heads", "ffn_dim", "encoder_layers", "decoder_layers",
+                     "max_positions", "lsl_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, not {getattr(self, name)}")
+        if not math.isfinite(self.t_init):
+            raise ValueError(f"model.t_init must be finite, not {self.t_init}")
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.lsl_dropout not in LSL_DROPOUTS:
+            raise ValueError(f"model.lsl_dropout must be one of {LSL_DROPOUTS}, not {self.lsl_dropout!r}")
+        if self.init not in INITS:
+            raise ValueError(f"model.init must be one of {INITS}, not {self.init!r}")
+        if self.residual_sublayer not in (None, *RESIDUAL_SUBLAYERS):
+            raise ValueError(f"residual_sublayer must be one of {RESIDUAL_SUBLAYERS} or None")
+        if self.central_language is not None and self.central_language not in self.languages:
+            raise ValueError(f"central language {self.central_language!r} is not in {self.languages}")
+        self.resolve_variant()
+
+    def resolve_variant(self) -> None:
+        """Baseline: no CLL. Residual: drop one residual of the middle encoder layer. SD:
+        Residual + CLL in decoder layer N/2+1 (1-based). FCLL: CLL in every decoder layer."""
+        mid_dec = self.decoder_layers // 2
+        if self.variant == "baseline":
+            self.cll_layers, self.residual_sublayer = [], None
+        elif self.variant == "residual":
+            self.cll_layers = []
+            self.residual_sublayer = self.residual_sublayer or "ffn"
+        elif self.variant == "sd":
+            self.cll_layers = [mid_dec]
+            self.residual_sublayer = self.residual_sublayer or "ffn"
+        elif self.variant == "fcll":
+            self.cll_layers = list(range(self.decoder_layers))
+        elif self.cll_layers is None:
+            raise ValueError("variant 'custom' needs cll_layers")
+        bad = [i for i in self.cll_layers if not 0 <= i < self.decoder_layers]
+        if bad:
+            raise ValueError(f"cll_layers {bad} outside 0..{self.decoder_layers - 1}")
+        self.cll_layers = sorted(set(self.cll_layers))
+        if self.residual_sublayer and self.residual_layer is None:
+            self.residual_layer = self.encoder_layers // 2
+        if self.residual_layer is not None and not 0 <= self.residual_layer < self.encoder_layers:
+            raise ValueError(f"residual_layer {self.residual_layer} outside the encoder")
+
+    @property
+    def lsl_languages(self) -> list[str]:
+        """Languages that get an LSL: every one but the central language."""
+        return [x for x in self.languages if x != self.central_language]
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ModelConfig":
+        return cls(**{**LEGACY_MODEL, **d})
+
+
+# Size presets (the rest of ModelConfig keeps its defaults). `small` is the CPU experiment size,
+# `base` the paper's OPUS-100 model (App. A), `big` the usual Transformer-big. `paper` is the
+# model of the authors' code for the triangle and Europarl runs (github zhiqu22/AdapNonCenter, a
+# fairseq `transformer`): 5+5 post-norm layers, dropout 0.3, Xavier init, and LSLs hard-coded at
+# 512 -> 1024 -> 512 with CLL dropout 0.3. Their dropout after `t_l ·` equals ours before it
+# (dropout commutes with a scalar).
+PRESETS: dict[str, dict] = {
+    "tiny": dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, lsl_dim=16,
+                 max_positions=512),
+    "small": dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, lsl_dim=256),
+    "base": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, lsl_dim=256),
+    "paper": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=5, decoder_layers=5, lsl_dim=1024,
+                  dropout=0.3, cll_dropout=0.3, pre_norm=False, init="xavier"),
+    "big": dict(d_model=1024, n_heads=16, ffn_dim=4096, encoder_layers=6, decoder_layers=6, lsl_dim=512,
+                dropout=0.3),
+}
+
+
+@dataclass
+class TrainConfig:
+    """The recipe's ``train`` section: what the run trains on, where it writes, its budget and its
+    numerics. (The other sections own the optimizer, checkpoints, validation and logging.)"""
+
+    data: str = setting("", "shard directory (cll-shards build)", flag="--data")
+    run_dir: str = setting("runs/default", "run directory", flag="--run-dir")
+    ds_config: str = setting("auto", "a ds_configs/*.json (engine settings), or auto: gpu_bf16 on CUDA; on a CPU "
+                        "cpu_bf16 where a probe finds bf16 faster than fp32 (avx512_bf16, AMX), else cpu_fp32",
+                        flag="--ds-config")
+    grad_accum: int = setting(1, "microbatches (token-budget batches) per optimizer step and rank")
+    label_smoothing: float = setting(0.1, "label smoothing of the training loss")
+    compile: str = setting("", "a torch.compile backend (inductor), applied per block and to the loss with "
+                      "dynamic shapes; empty: eager")
+    seed: int = setting(1, "seed of the initial weights and of dropout")
+    # starting point (fine-tuning: back-translation, new-language extension)
+    init_from: str = setting("", "an export/ to start from: architecture and weights, fresh optimizer")
+    freeze: list[str] = setting([], "parameter-name globs kept fixed, e.g. [\"encoder.*\"]")
+    new_data: bool = setting(False, "--resume on other shards: weights and optimizer carry on, the stream "
+                             "starts afresh")
+    # budget: whichever comes first
+    max_steps: int = setting(0, "stop after this many steps (0: no step limit)", flag="--max-steps")
+    max_epochs: float = setting(0.0, "stop after this many epochs of train.data (0: no limit)")
+    max_minutes: float = setting(0.0, "stop after this many minutes of training (0: no limit)", flag="--max-minutes")
+    max_skips_in_a_row: int = setting(50, "skipped steps in a row (non-finite, out of memory) that end the run")
+
+    def __post_init__(self):
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"train.label_smoothing must be in [0, 1), not {self.label_smoothing}")
+        if self.grad_accum < 1 or self.max_skips_in_a_row < 1:
+            raise ValueError("train.grad_accum and train.max_skips_in_a_row must be >= 1")
+        if min(self.max_steps, self.max_minutes, self.max_epochs) < 0:
+            raise ValueError("max_steps, max_epochs and max_minutes must be >= 0")
+        if self.seed < 0:
+            raise ValueError(f"train.seed must be >= 0, not {self.seed}")
+
+    def budget_spent(self, step: int, epoch: float, elapsed_s: float) -> bool:
+        """Whichever of max_steps, max_epochs and max_minutes comes first (0: no limit)."""
+        return bool((self.max_steps and step >= self.max_steps)
+                    or (self.max_epochs and epoch >= self.max_epochs)
+                    or (self.max_minutes and elapsed_s >= self.max_minutes * 60))
+
+
+def section_classes() -> dict[str, type]:
+    """Each recipe section's dataclass, in the order config.json lists them (imported here, not at
+    the top: the components import this module)."""
+    from cll_scale.training.checkpointer import CheckpointConfig
+    from cll_scale.training.metrics import LogConfig
+    from cll_scale.training.optim import OptimConfig
+    from cll_scale.data.stream import StreamConfig
+    from cll_scale.training.validator import ValidConfig
+    return {"model": ModelConfig, "data": StreamConfig, "optim": OptimConfig, "checkpoint": CheckpointConfig,
+            "valid": ValidConfig, "log": LogConfig, "train": TrainConfig}
+
+
+SECTIONS = ("model", "data", "optim", "checkpoint", "valid", "log", "train")
+
+# Settings that lived in ``train`` before the sections (issue 36): still read, with a one-line
+# notice, until the next release. config.json files of runs trained before are read the same way.
+MOVED = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule_offset", "betas", "eps",
+                                                  "weight_decay", "clip_norm")},
+         "train.ckpt_every": "checkpoint.every", "train.keep_last": "checkpoint.keep_last",
+         "train.export": "checkpoint.export", "train.valid_every": "valid.every",
+         "train.valid_max_batches": "valid.max_batches", "train.valid_max_sentences": "valid.max_sentences",
+         "train.valid_decode_sentences": "valid.decode_sentences", "train.best_metric": "valid.best_metric",
+         "train.log_every": "log.every"}
+
+
+def upgrade(recipe: dict, where: str = "") -> dict:
+    """``recipe`` with every :data:`MOVED` setting in its section. ``where`` names a recipe the
+    user wrote: then one line says what moved (once per process; records and old config.json
+    files are read silently). A setting given both ways in one recipe is an error."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in recipe.items()}
+    moved = []
+    for old, new in MOVED.items():
+        section, key = old.split(".")
+        if key not in (out.get(section) or {}):
+            continue
+        new_section, new_key = new.split(".")
+        if new_key in (out.get(new_section) or {}):
+            raise ValueError(f"{where or 'recipe'}: {old} and {new} are the same setting; keep {new}")
+        out.setdefault(new_section, {})[new_key] = out[section].pop(key)
+        moved.append(f"{old} -> {new}")
+    if moved and where:
+        _notice(f"{where}: settings moved to their own sections, read as such (the old names go in the next "
+                f"release): {', '.join(moved)}")
+    return out
+
+
+_NOTICES: set[str] = set()
+
+
+def _notice(message: str) -> None:
+    if message not in _NOTICES:
+        _NOTICES.add(message)
+        import sys
+        print(f"[cll-scale] {message}", file=sys.stderr)
+
+
+def load_recipe(path: str | Path) -> dict:
+    """A recipe: ``{"preset": ..., "model": {...}, "data": {...}, "optim": {...}, ...}`` in YAML
+    or JSON. A file that does not parse, or whose sections are not mappings, is an error naming
+    the file and line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r}); "
+                         "save the recipe as UTF-8") from None
+    recipe = _parse(text, str(path))
+    if not isinstance(recipe, dict):
+        raise ValueError(f"{path}: a recipe is a mapping with sections preset, {', '.join(SECTIONS)}; "
+                         f"this file holds a {type(recipe).__name__}")
+    unknown = set(recipe) - {"preset", *SECTIONS}
+    if unknown:
+        raise ValueError(f"{path}: unknown recipe sections {sorted(unknown)} "
+                         f"(expected preset, {', '.join(SECTIONS)})")
+    check_sections(recipe, str(path))
+    return upgrade(recipe, str(path))
+
+
+def _parse(text: str, path: str):
+    """YAML (``.yaml``/``.yml``) or JSON, with the line of a syntax error. A key given twice in one
+    mapping is an error in both: YAML and JSON parsers keep the last one silently, so a recipe with
+    two ``optim:`` blocks lost the first."""
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+        try:
+            return yaml.load(text, Loader=_unique_key_loader()) or {}
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ValueError(f"{path}:{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from None
+
+    def unique(pairs: list[tuple[str, object]]) -> dict:
+        keys = [k for k, _ in pairs]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"{path}: {', '.join(map(repr, twice))} given twice in one object; the JSON parser "
+                             "would keep only the last: merge them")
+        return dict(pairs)
+    try:
+        return json.loads(text, object_pairs_hook=unique)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: line {err.lineno}, column {err.colno}: not valid JSON ({err.msg})") from None
+
+
+def _unique_key_loader():
+    """yaml's SafeLoader, refusing a key given twice in one mapping (a ``yaml.YAMLError`` with its line)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} given twice in one mapping (first on line {seen[key] + 1}); YAML "
+                        "would keep only the last: merge them", key_node.start_mark)
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep)
+    return UniqueKeyLoader
+
+
+def check_sections(recipe: dict, where: str) -> None:
+    """Each section a mapping, the preset a known name."""
+    for section in SECTIONS:
+        if section in recipe and not isinstance(recipe[section], dict):
+            raise ValueError(f"{where}: section {section!r} must be a mapping of settings "
+                             f"(key: value lines), not {recipe[section]!r}")
+    preset = recipe.get("preset", "small")
+    if not isinstance(preset, str) or preset not in PRESETS:
+        raise ValueError(f"{where}: unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
+
+
+def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
+    """``section.key=value`` (or ``preset=NAME``) overrides, each value read by its setting's type
+    (:func:`flag_value`): a path or a name is taken as typed, never as YAML."""
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if key == "preset" and eq:
+            if value not in PRESETS:
+                raise ValueError(f"unknown preset {value!r}; presets: {', '.join(PRESETS)}")
+            recipe["preset"] = value
+            continue
+        if key in MOVED:
+            _notice(f"--set {key} is now {MOVED[key]} (read as such; the old name goes in the next release)")
+            key = MOVED[key]
+        section, dot, name = key.partition(".")
+        if not eq or not dot or section not in SECTIONS:
+            raise ValueError(f"override {item!r}: expected section.key=value, section in {'/'.join(SECTIONS)}")
+        recipe.setdefault(section, {})[name] = flag_value(section, name, value)
+    return recipe
+
+
+def _kind(section: str, name: str) -> tuple[str, str, bool] | None:
+    """How a setting is typed: (``str``/``list``/``number``, element type of a list, may be None),
+    or None for a name the section does not have (its error, with a suggestion, comes later)."""
+    f = next((f for f in dataclasses.fields(section_classes()[section]) if f.name == name), None)
+    return None if f is None else _field_kind(f)
+
+
+def _field_kind(f: dataclasses.Field) -> tuple[str, str, bool]:
+    parts = [part.strip() for part in str(f.type).split("|")]
+    optional, (main,) = "None" in parts, [part for part in parts if part != "None"]
+    if main.startswith(("list[", "tuple[")):
+        return "list", main[main.index("[") + 1:].split(",")[0].rstrip("]").strip(), optional
+    return ("str" if main == "str" else "number"), "", optional
+
+
+def flag_value(section: str, name: str, text: str):
+    """A ``--set``/flag value as its setting's type wants it. A string setting (a path, a name)
+    is the text as typed: YAML would drop `` #1`` as a comment, read ``a: b`` as a mapping and
+    ``yes`` as true. A list takes ``[a, b]`` (YAML/JSON) or ``a,b``. Numbers and switches are read
+    as YAML (``7e-4``, ``true``) and checked by :func:`coerce_number`."""
+    import yaml
+    kind = _kind(section, name)
+    if kind is not None and kind[2] and text.strip().lower() in ("null", "none", "~"):
+        return None
+    if kind is not None and kind[0] == "str":
+        return text
+    if kind is not None and kind[0] == "list" and not text.lstrip().startswith("["):
+        return text                      # a comma-separated list; split at the boundary (_coerce)
+    return yaml.safe_load(text)
+
+
+_LIST_EXAMPLES = {"int": "[0, 2] or 0,2", "float": "[0.9, 0.98] or 0.9,0.98"}
+
+
+def _checked_value(section: str, name: str, value, kind: tuple[str, str, bool]):
+    """The boundary for strings and lists, from a recipe file or a flag alike: a string setting
+    holds a string, a list setting a list (a comma-separated string is split; nothing else is
+    iterated, so ``freeze: encoder.*`` is one pattern, not nine characters)."""
+    what, element, optional = kind
+    key = f"{section}.{name}"
+    if value is None and optional:
+        return None
+    if what == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{key} must be a string, not {value!r} (in a YAML recipe, put it in quotes; "
+                             f"an empty value is null there: write '' for an empty string)")
+        return value
+    if what != "list":
+        return value
+    if isinstance(value, str):
+        value = [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, (list, tuple)):
+        example = _LIST_EXAMPLES.get(element, "[a, b] or a,b")
+        raise ValueError(f"{key} must be a list, e.g. {example}; not {value!r}")
+    if element in ("int", "float"):
+        return [coerce_number(f"{key}[{i}]", item, int if element == "int" else float) for i, item in enumerate(value)]
+    bad = [item for item in value if not isinstance(item, str)]
+    if bad:
+        raise ValueError(f"{key} must be a list of strings, e.g. [a, b] or a,b; {bad[0]!r} is not one")
+    return list(value)
+
+
+def _numeric_kind(f: dataclasses.Field) -> type | None:
+    """``bool``, ``int`` or ``float`` for a field annotated so (``int | None`` too), else None."""
+    names = {part.strip() for part in str(f.type).split("|")} - {"None"}
+    return {"bool": bool, "int": int, "float": float}.get(names.pop()) if len(names) == 1 else None
+
+
+def coerce_number(name: str, value, kind: type):
+    """The config boundary of every numeric setting: a count is a whole number, a float is finite
+    (NaN would pass every ``<``/``>`` check and reach config.json as invalid JSON), a switch is a
+    boolean. YAML reads ``7e-4`` as a string and ``1e3`` as a float, so both convert here."""
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, not {value!r}")
+        return value
+    try:
+        number = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None:
+        raise ValueError(f"{name}: {value!r} is not a{'n integer' if kind is int else ' number'}")
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, not {value!r}")
+    if kind is int:
+        if number != int(number):
+            raise ValueError(f"{name} must be a whole number, not {value!r}")
+        return int(value) if isinstance(value, int) else int(number)
+    return number
+
+
+def _coerce(cls, section: str, kw: dict) -> dict:
+    """Recipe values checked against their field: known names, numbers as :func:`coerce_number` says."""
+    out = dict(kw)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in out:
+        if key not in names:
+            raise ValueError(f"unknown setting {section}.{key}; " + _suggest(section, str(key), names))
+    for f in dataclasses.fields(cls):
+        if f.name not in out:
+            continue
+        kind = _numeric_kind(f)
+        if kind is not None and out[f.name] is not None:
+            out[f.name] = coerce_number(f"{section}.{f.name}", out[f.name], kind)
+        elif kind is None:
+            out[f.name] = _checked_value(section, f.name, out[f.name], _field_kind(f))
+    return out
+
+
+def _suggest(section: str, key: str, names: list[str]) -> str:
+    """A near name in the section, else in another section, else the section's names."""
+    import difflib
+    near = difflib.get_close_matches(key, names, n=1)
+    if near:
+        return f"did you mean {section}.{near[0]}?"
+    others = {f.name: name for name, cls in section_classes().items() if name != section
+              for f in dataclasses.fields(cls)}
+    near = difflib.get_close_matches(key, list(others), n=1)
+    if near:
+        return f"did you mean {others[near[0]]}.{near[0]}?"
+    return f"{section} settings are {', '.join(names)}"
+
+
+def build_section(section: str, values: dict):
+    """One section's dataclass from recipe values, checked at the boundary."""
+    cls = section_classes()[section]
+    try:
+        return cls(**_coerce(cls, section, values))
+    except TypeError as err:
+        raise ValueError(f"recipe: {err}") from None
+
+
+@dataclass
+class RunConfig:
+    """A recipe resolved against a shard manifest: one typed config per section."""
+    preset: str
+    model: ModelConfig
+    data: StreamConfig
+    optim: OptimConfig
+    checkpoint: CheckpointConfig
+    valid: ValidConfig
+    log: LogConfig
+    train: TrainConfig
+
+    def to_json(self) -> dict:
+        """config.json of a run (every section, then the preset's name first)."""
+        return {"preset": self.preset, **{name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}}
+
+
+def named_rules(config: dict) -> dict[str, object]:
+    """The :data:`LEGACY` rules a recipe (overrides applied) or a run's config.json names itself,
+    as ``{"data.mixing": ..., ...}``."""
+    config = upgrade(config)
+    return {f"{section}.{key}": config[section][key] for section, legacy in LEGACY.items() for key in legacy
+            if key in (config.get(section) or {})}
+
+
+def training_rules(config: dict, recorded: bool) -> dict[str, object]:
+    """Every :data:`LEGACY` rule a config trains with: the ones it names, and for the others,
+    today's default (the preset's, else the field's) for a recipe, or the legacy rule for a run's
+    config.json (``recorded``), which was written before the rule existed."""
+    preset = PRESETS.get(config.get("preset", "small"), {})
+    classes = section_classes()
+    unnamed = {f"{section}.{key}": old if recorded else
+               (preset if section == "model" else {}).get(key, default_of(classes[section], key))
+               for section, legacy in LEGACY.items() for key, old in legacy.items()}
+    return {**unnamed, **named_rules(config)}
+
+
+def default_of(cls: type, name: str):
+    """The default of the setting ``name`` of the config class ``cls``."""
+    return field_default(next(f for f in dataclasses.fields(cls) if f.name == name))
+
+
+def field_default(f: dataclasses.Field):
+    """A dataclass field's default, from its factory if it has one."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer,
+                  where: str = "recipe") -> RunConfig:
+    """Resolve a recipe against a shard manifest's languages and tokenizer."""
+    recipe = upgrade(recipe, where)
+    check_sections(recipe, where)
+    model_kw = dict(PRESETS[recipe.get("preset", "small")])
+    model_kw.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
+                    eos_id=tokenizer.eos_id, languages=list(languages), central_language=central)
+    model_kw.update(recipe.get("model", {}))
+    sections = {name: build_section(name, model_kw if name == "model" else recipe.get(name) or {})
+                for name in SECTIONS}
+    check_model_fits_shards(sections["model"], languages, central, tokenizer, where)
+    return RunConfig(preset=recipe.get("preset", "small"), **sections)
+
+
+def check_model_fits_shards(model: ModelConfig, languages: list[str], central: str | None, tokenizer,
+                            where: str) -> None:
+    """The model's vocabulary, special ids and languages are the shards' (the manifest owns them):
+    a recipe that sets them otherwise would index past the embedding or the LSLs at the first step."""
+    if model.vocab_size < tokenizer.vocab_size:
+        raise ValueError(f"{where}: model.vocab_size {model.vocab_size} is smaller than the shards' vocabulary "
+                         f"({tokenizer.vocab_size} subwords); leave it unset, it comes from the shards")
+    ids = {"pad_id": tokenizer.pad_id, "bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id}
+    wrong = [f"model.{k}={getattr(model, k)} (the shards' {v})" for k, v in ids.items() if getattr(model, k) != v]
+    if list(model.languages) != list(languages) or model.central_language != central:
+        wrong.append(f"model.languages={model.languages}, central {model.central_language} (the shards': "
+                     f"{languages}, central {central})")
+    if wrong:
+        raise ValueError(f"{where}: {'; '.join(wrong)}; leave them unset, they come from the shards")
+
+
+def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per recipe setting that has a help text: ``--optim.lr`` (also ``--optim.warmup-steps``
+    for ``warmup_steps``, and the short name some have, ``--max-steps``), one argument group a
+    section. Values are read as ``--set`` reads them (YAML), so a flag and ``--set`` meet the same
+    checks; the default shown is the field's, written once, in its dataclass."""
+    for section, cls in section_classes().items():
+        group = parser.add_argument_group(f"{section} settings" + (" (the preset sets the sizes)"
+                                                                   if section == "model" else ""))
+        for f in dataclasses.fields(cls):
+            if "help" not in f.metadata:
+                continue
+            flags = dict.fromkeys([f"--{section}.{f.name}", f"--{section}.{f.name.replace('_', '-')}",
+                                   *([f.metadata["flag"]] if "flag" in f.metadata else [])])
+            default = field_default(f)
+            choices = f.metadata.get("choices")
+            shown = f"one of {', '.join(choices)}; " if choices else ""
+            group.add_argument(*flags, dest=f"{section}.{f.name}", default=None, metavar="VALUE", choices=choices,
+                               help=f"{f.metadata['help']} ({shown}default: {default})")
+
+
+def recipe_flags(args: argparse.Namespace) -> list[str]:
+    """The recipe settings given as flags, as ``--set`` overrides."""
+    return [f"{dest}={value}" for dest, value in vars(args).items()
+            if "." in dest and dest.split(".")[0] in SECTIONS and value is not None]
