@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_model import make_model, marian_model  # noqa: E402
 from cll_scale.model.decoding import DecodeConfig, beam_search  # noqa: E402
-from cll_scale.translate import ModelStepper  # noqa: E402
+from cll_scale.evaluation.translator import ModelStepper  # noqa: E402
 
 
 def ours(model, src, langs, beam, out_len, cache=True):

@@ -17,7 +17,7 @@ Parts (each interleaves its contenders step by step and compares medians):
 * ``ranks``   2 ranks × 1 thread ÷ 1 rank × 1 thread tokens/s through cll-train and DeepSpeed
               (target ≥ 1.8).
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
-(``cll_scale.training.precision.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
+(``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
 from __future__ import annotations
 
@@ -36,10 +36,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.run.recipe import PRESETS, ModelConfig  # noqa: E402
+from cll_scale.model.config import ModelConfig, PRESETS  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
 from cll_scale.model.model import CLLTransformer, label_smoothed_loss, train_flops  # noqa: E402
-from cll_scale.training.precision import emulates_bf16, matmul_mode, peak_bf16_tflops  # noqa: E402
+from cll_scale.core.hardware import peak_bf16_tflops  # noqa: E402
+from cll_scale.model.bf16 import emulates_bf16, matmul_mode  # noqa: E402
 
 LANGS16 = ["en", "de", "fr", "cs", "es", "it", "nl", "pt", "ro", "ru", "pl", "sv", "fi", "hu", "el", "tr", "bg"]
 

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.training.engine import free_port  # noqa: E402
+from cll_scale.training.collectives import free_port  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))

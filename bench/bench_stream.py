@@ -24,14 +24,14 @@ sys.path.insert(0, str(ROOT))
 # in the precision `ds_config auto` picks on this CPU: what the reader has to keep up with.
 TRAIN_STEP = r"""
 import json, sys, time, torch
-from cll_scale.training import precision
-from cll_scale.run.recipe import PRESETS, ModelConfig
+from cll_scale.core import hardware
+from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.data.manifest import Manifest
 from cll_scale.model.model import CLLTransformer, label_smoothed_loss
 from cll_scale.data.stream import ShardStream, StreamConfig
 shards, max_tokens = sys.argv[1], int(sys.argv[2])
 m = Manifest.load(shards)
-dtype = torch.bfloat16 if precision.cpu_bf16_speedup() > 1.1 else torch.float32
+dtype = torch.bfloat16 if hardware.cpu_bf16_speedup() > 1.1 else torch.float32
 cfg = ModelConfig(**PRESETS["small"], vocab_size=m.tokenizer.vocab_size, languages=m.languages,
                   central_language=m.central_language, variant="fcll")
 model = CLLTransformer(cfg).to(dtype).train()

@@ -41,7 +41,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.training import collectives  # noqa: E402
+
 from cll_scale.training import engine as ds  # noqa: E402
+from cll_scale.core import hardware  # noqa: E402
 from cll_scale.training import precision  # noqa: E402
 from cll_scale.model.model import CLLTransformer, label_smoothed_loss  # noqa: E402
 from cll_scale.run.build import build_run  # noqa: E402
@@ -136,7 +139,7 @@ def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | 
 
 def base_config(args, device) -> dict:
     name = ("gpu_bf16.json" if device.type == "cuda" else
-            "cpu_bf16.json" if precision.cpu_bf16_speedup() > 1.1 else "cpu_fp32.json")
+            "cpu_bf16.json" if hardware.cpu_bf16_speedup() > 1.1 else "cpu_fp32.json")
     return json.loads((precision.DS_CONFIGS / name).read_text()), name
 
 
@@ -208,7 +211,7 @@ def part_langs(args, device, tmp: Path) -> list[dict]:
     ds.init_distributed()
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_model import synthetic_batch
-    from cll_scale.run.recipe import PRESETS, ModelConfig
+    from cll_scale.model.config import ModelConfig, PRESETS
     b, s, t = args.shape or ([128, 32, 32] if device.type == "cpu" else [256, 64, 64])
     base_cfg, _ = base_config(args, device)
     path = tmp / "langs-ds.json"
@@ -303,7 +306,7 @@ def main(argv=None) -> int:
             for row in results["langs"]:
                 print("langs", json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}),
                       flush=True)
-    ds.shutdown()
+    collectives.shutdown()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

@@ -29,16 +29,16 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.analysis.attribution import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute, language_pieces,
-                                longest_target, max_steps, prepare, quadrature_bytes, size_text, step_bytes,
-                                summarize, tag_share)
-from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device, positive_int,
-                           run)
-from cll_scale.model.decoding import DecodeConfig
-from cll_scale.evaluate import pairs_from_shards
-from cll_scale.data.languages import Direction
+from cll_scale.analysis.attribution import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute,
+                                            language_pieces, longest_target, max_steps, prepare, quadrature_bytes,
+                                            size_text, step_bytes, summarize, tag_share)
+from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device,
+                                positive_int, run)
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
-from cll_scale.translate import TranslateConfig, Translator
+from cll_scale.data.languages import Direction
+from cll_scale.evaluation.testsets import pairs_from_shards
+from cll_scale.evaluation.translator import TranslateConfig, Translator
+from cll_scale.model.decoding import DecodeConfig
 
 PROG = "cll-analyze"
 # What either analysis writes into --out; one replaces the other's directory as a whole.

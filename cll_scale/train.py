@@ -21,13 +21,14 @@ import argparse
 import os
 import sys
 
-from cll_scale.training import engine as ds
 from cll_scale.core.cli import add_debug_argument, positive_int, run
-from cll_scale.run.recipe import PRESETS, TrainConfig, add_recipe_arguments, apply_overrides, load_recipe, recipe_flags
-from cll_scale.run.dryrun import DRY_RUN_WARMUP, dry_run, format_dry_run
 from cll_scale.core.outputs import json_text
+from cll_scale.model.config import PRESETS
 from cll_scale.run.build import build_run
+from cll_scale.run.dryrun import DRY_RUN_WARMUP, dry_run, format_dry_run
+from cll_scale.run.recipe import TrainConfig, add_recipe_arguments, apply_overrides, load_recipe, recipe_flags
 from cll_scale.run.trainer import Trainer
+from cll_scale.training import collectives
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             recipe = recipe_from_args(args)
             figures = dry_run(recipe, args.dry_run_steps)
-            ds.shutdown()
+            collectives.shutdown()
             if int(os.environ.get("RANK", 0)) == 0:
                 print(format_dry_run(figures, recipe.get("train", {}).get("run_dir", TrainConfig.run_dir)))
                 print(json_text({"dry_run": figures}))
             return 0
         result = Trainer(build_run(recipe_from_args(args), resume=args.resume)).train()
-        ds.shutdown()
+        collectives.shutdown()
         if int(os.environ.get("RANK", 0)) == 0:
             print(json_text(result))
         return 0

@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, finite_float, non_negative_int, run
+from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, finite_float,
+                                non_negative_int, run)
+from cll_scale.core.clock import StageClock
+from cll_scale.data.corpora import (CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100,
+                                    read_parquet_dir)
 from cll_scale.data.languages import Direction, strict_dependence, targets_by_source
 from cll_scale.data.manifest import Manifest
 from cll_scale.data.shards import BuildConfig, build_into, shard_output
-from cll_scale.core.clock import StageClock
-from cll_scale.data.corpora import CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100, read_parquet_dir
 from data_tools.synth import synthesize
 
 FORMATS = ("auto", "multiway", "opus100", "parquet", "hf")

@@ -34,7 +34,7 @@ from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, po
 from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
 from cll_scale.data.manifest import UNSEEN  # noqa: E402
-from cll_scale.translate import Translator  # noqa: E402
+from cll_scale.evaluation.translator import Translator  # noqa: E402
 
 MAX_CHARS = 1000
 # Integration steps of the "why" view: 12 keeps a `small` model's answer to a few seconds on
@@ -94,7 +94,7 @@ class Demo:
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, not {max_chars}: every request would be refused")
         from cll_scale.model.decoding import DecodeConfig
-        from cll_scale.translate import TranslateConfig
+        from cll_scale.evaluation.translator import TranslateConfig
         self.translators = {name: Translator.load(path, device, TranslateConfig(DecodeConfig()))
                             for name, path in models.items()}
         self.max_chars = max_chars

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.core.cli import csv_list  # noqa: E402
-from cll_scale.training.engine import free_port  # noqa: E402
+from cll_scale.training.collectives import free_port  # noqa: E402
 from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
 from cll_scale.data.manifest import Manifest  # noqa: E402

@@ -111,7 +111,7 @@ def examples(report_dir: Path, split: str, corpus: Path | None, now: dict[str, d
     """Zero-shot sentences where the Baseline's output is in another language than asked and FCLL's
     in the asked one (langdetect, as the rates), one direction after another, FCLL's outputs
     nearest their references first."""
-    from cll_scale.evaluate import file_name
+    from cll_scale.evaluation.evaluator import file_name
     from cll_scale.evaluation.langid import detect
     out = ["Zero-shot sentences the Baseline answers in another language and FCLL in the right one:"]
     if set(now) != set(MODELS):

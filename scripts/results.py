@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.evaluate import markdown  # noqa: E402
+from cll_scale.evaluation.report import markdown  # noqa: E402
 from cll_scale.evaluation.scoring import DirectionResult, averages  # noqa: E402
 from cll_scale.core.outputs import write_atomic  # noqa: E402
-from cll_scale.training.checkpointer import chosen_export  # noqa: E402
-from cll_scale.training.precision import hardware  # noqa: E402
+from cll_scale.training.rundir import chosen_export  # noqa: E402
+from cll_scale.core.hardware import hardware  # noqa: E402
 from cll_scale.repro.plan import Budget  # noqa: E402
 from cll_scale.repro.report import plot_links  # noqa: E402
 from cll_scale.repro.scheduler import train  # noqa: E402

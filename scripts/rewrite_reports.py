@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.core.cli import add_debug_argument, run  # noqa: E402
-from cll_scale.evaluate import lid_pool  # noqa: E402
+from cll_scale.evaluation.pool import lid_pool  # noqa: E402
 from cll_scale.repro.cli import build_parser, study_of  # noqa: E402
 from cll_scale.repro.evaluations import Evaluations  # noqa: E402
 from cll_scale.repro.records import finished, is_record  # noqa: E402

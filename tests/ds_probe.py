@@ -7,10 +7,10 @@ import sys
 
 import torch
 
-from cll_scale.training import engine as ds
-from cll_scale.train import build_parser, recipe_from_args
 from cll_scale.run.build import build_run
 from cll_scale.run.trainer import Trainer
+from cll_scale.train import build_parser, recipe_from_args
+from cll_scale.training import collectives
 
 
 def split_report(argv=None) -> tuple[str, list[str]]:
@@ -35,11 +35,11 @@ def main(argv=None):
             "opt_partition_numel": int(partition),
             "total_params": int(sum(p.numel() for p in eng.module.parameters())),
             "loss": result.get("loss"), "step": result["step"], "threads": torch.get_num_threads()}
-    gathered = ds.all_gather_object(info)
+    gathered = collectives.all_gather_object(info)
     if trainer.rank == 0:
         with open(report, "w") as f:
             json.dump(gathered, f)
-    ds.shutdown()
+    collectives.shutdown()
 
 
 if __name__ == "__main__":

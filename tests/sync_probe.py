@@ -12,14 +12,18 @@ import traceback
 
 import torch
 
-from cll_scale import train as train_mod
-from cll_scale.train import build_parser, recipe_from_args
+from cll_scale.data.manifest import Manifest
 from cll_scale.run.build import build_run
 from cll_scale.run.trainer import Trainer
+from cll_scale.train import build_parser, recipe_from_args
+from cll_scale.training import collectives
 from tests.ds_probe import split_report
 
 COUNTS: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
 STATE = {"step": None, "inside": 0}
+MANIFEST_LOADS: list[str] = []      # the manifest is read once per command and passed down
+_load = Manifest.load.__func__
+Manifest.load = classmethod(lambda cls, directory: MANIFEST_LOADS.append(str(directory)) or _load(cls, directory))
 
 
 def _site() -> str:
@@ -36,7 +40,7 @@ def _counting(owner, name):
 
     def wrapper(*args, **kwargs):
         # One read counts once: a torch function mode (bf16 matmuls in fp32 on a CPU without bf16
-        # units, cll_scale.training.precision) hands the same call back through this wrapper.
+        # units, cll_scale.model.bf16) hands the same call back through this wrapper.
         if STATE["step"] is not None and not STATE["inside"]:
             COUNTS[STATE["step"]][f"{name} @ {_site()}"] += 1
         STATE["inside"] += 1
@@ -70,10 +74,10 @@ def main(argv=None):
     trainer.train_step = counted_step
     result = trainer.train()
     STATE["step"] = None
-    train_mod.ds.shutdown()
+    collectives.shutdown()
     with open(report, "w") as f:
         json.dump({"counts": {step: dict(c) for step, c in COUNTS.items()}, "result": result,
-                   "log_every": trainer.cfg.log.every}, f)
+                   "log_every": trainer.cfg.log.every, "manifest_loads": MANIFEST_LOADS}, f)
 
 
 if __name__ == "__main__":

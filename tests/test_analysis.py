@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from cll_scale.analysis.attribution import (COMPONENTS, attention_maps, attribute, is_symbol_piece, prepare, tag_share,
-                                token_class, token_log_probs)
+                                            token_class, token_log_probs)
 from cll_scale.analyze import main as analyze_main
-from cll_scale.evaluate import TAG_OMITTED, evaluate_entries, pairs_from_shards
+from cll_scale.evaluation.evaluator import TAG_OMITTED, evaluate_entries
+from cll_scale.evaluation.testsets import pairs_from_shards
+from cll_scale.evaluation.translator import Translator
 from cll_scale.model.export import export_lang_tag
-from cll_scale.translate import Translator
 from tests.conftest import ROOT
 
 SENTENCE = "Ein Mann fährt mit dem Fahrrad eine Straße entlang."

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pytest
 import sentencepiece as spm
 
-from cll_scale.data.manifest import Manifest, ManifestError
-from cll_scale.data import shards as build_mod
-from cll_scale.data.shards import BuildConfig, build_shards
-from data_tools.cli import main
 from cll_scale.core.clock import StageClock
+from cll_scale.data import shards as build_mod
 from cll_scale.data.corpora import read_hf_dataset, read_multiway
+from cll_scale.data.manifest import Manifest, ManifestError
+from cll_scale.data.shards import BuildConfig, build_shards
 from cll_scale.data.tokenizer import language_sample_rates
+from data_tools.cli import main
 from tests.conftest import OPUS_SAMPLE, run_cli
 from tests.hf_fixtures import multi30k_pairs, write_pair, write_repo_card
 

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from cll_scale.core.cli import EXIT_FILES, EXIT_INPUT
-from cll_scale.training.checkpointer import CheckpointConfig
-from cll_scale.run.recipe import (ModelConfig, TrainConfig, _coerce, apply_overrides, build_section, coerce_number, load_recipe,
-                              section_classes)
-from cll_scale.training.optim import OptimConfig
 from cll_scale.core.outputs import json_text
+from cll_scale.core.settings import coerce_number
 from cll_scale.data.stream import StreamConfig
+from cll_scale.model.config import ModelConfig
+from cll_scale.run.recipe import TrainConfig, _coerce, apply_overrides, build_section, load_recipe, section_classes
+from cll_scale.training.optim import OptimConfig
+from cll_scale.training.rundir import CheckpointConfig
 from tests.conftest import run_cli
 from tests.test_misuse import cli, one_line_error
 from tests.test_train import common
@@ -174,7 +175,7 @@ def test_cll_shards_flags_come_from_the_build_config():
 
 
 def test_settings_that_moved_to_their_section_are_read_with_one_notice(capsys):
-    from cll_scale.run.recipe import MOVED, upgrade
+    from cll_scale.core.compat import MOVED, upgrade
     old = {"train": {"lr": 1e-3, "valid_every": 250, "ckpt_every": 250, "log_every": 25, "seed": 2}}
     new = upgrade(old, "old.yaml")
     assert new == {"train": {"seed": 2}, "optim": {"lr": 1e-3}, "valid": {"every": 250},
@@ -195,7 +196,7 @@ def test_the_shipped_recipes_name_each_setting_in_its_section():
     """The project's own recipes are read without the moved-settings notice: they would stop
     loading when the old names go."""
     import yaml
-    from cll_scale.run.recipe import upgrade
+    from cll_scale.core.compat import upgrade
     recipes = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
     assert len(recipes) > 20
     old = [path.name for path in recipes if upgrade(yaml.safe_load(path.read_text())) != yaml.safe_load(path.read_text())]

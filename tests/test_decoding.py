@@ -4,10 +4,10 @@ import math
 
 import torch
 
-from cll_scale.run.recipe import PRESETS, ModelConfig
+from cll_scale.evaluation.translator import ModelStepper
+from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.model.decoding import DecodeConfig, beam_search
 from cll_scale.model.model import CLLTransformer
-from cll_scale.translate import ModelStepper
 
 BOS, EOS, V = 1, 2, 5
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.training.engine import free_port
 from cll_scale.evaluation.langid import Lingua, detect
+from cll_scale.training.collectives import free_port
 from tests.conftest import ROOT
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -60,7 +60,7 @@ def test_omitting_the_tag_feeds_the_model_without_it(server, tiny_export):
     """The Table 8 switch: the demo's output is the Translator's with the tag omitted, the line
     under it says so, and the input ids really lose the tag."""
     from gradio_client import Client
-    from cll_scale.translate import Translator
+    from cll_scale.evaluation.translator import Translator
     t = Translator.load(tiny_export)
     text = "Ein Mann fährt Fahrrad."
     assert t.encode(text, "fr", omit_tag=True) == t.encode(text, "fr")[1:]
@@ -85,7 +85,7 @@ def test_why_view_gives_each_tokens_ffn_and_lsl_attribution(server, tiny_export)
     steps; the central language (en) has no LSL and says so; bad requests get a message."""
     from gradio_client import Client
     from cll_scale.analysis.attribution import attribute, prepare
-    from cll_scale.translate import Translator
+    from cll_scale.evaluation.translator import Translator
     client = Client(server[0], verbose=False)
     text = "Ein Mann fährt Fahrrad."
     info, table = client.predict(text, "de", "fr", "fcll", 6, False, api_name="/why")

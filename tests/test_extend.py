@@ -11,10 +11,10 @@ import sentencepiece as spm
 import torch
 from safetensors.torch import load_file, save_file
 
-from cll_scale.model.export import load_export
-from cll_scale.extend import grow_model, old_cll_patterns
 from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import eval_batches
+from cll_scale.loops.extend import grow_model, old_cll_patterns
+from cll_scale.model.export import load_export
 from tests.conftest import ROOT, head_corpus
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))

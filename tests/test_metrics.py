@@ -4,9 +4,9 @@ import json
 
 import torch
 
-from cll_scale.run.recipe import ModelConfig, PRESETS
-from cll_scale.training.metrics import LogConfig, MetricsLogger, MetricsWindow, device_peak_tflops
+from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.model.model import train_flops
+from cll_scale.training.metrics import LogConfig, MetricsLogger, MetricsWindow, device_peak_tflops
 
 
 def test_mfu_is_model_flops_over_time_over_the_peak():

@@ -3,7 +3,7 @@ dispatch, residual removal, variants."""
 import pytest
 import torch
 
-from cll_scale.run.recipe import PRESETS, ModelConfig
+from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.model.model import CLLTransformer, LangGroups, label_smoothed_loss
 
 LANGS = ["en", "de", "fr", "cs"]          # en is central: de, fr, cs get LSLs

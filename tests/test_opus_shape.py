@@ -16,7 +16,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 @pytest.mark.slow
 def test_dry_run_prints_consistent_figures_and_leaves_the_run_dir_alone(m30k_centered, tmp_path):
-    from cll_scale.run.recipe import PRESETS, ModelConfig
+    from cll_scale.model.config import ModelConfig, PRESETS
     from cll_scale.data.manifest import Manifest
     from cll_scale.model.model import CLLTransformer
     run, tmp = tmp_path / "run", tmp_path / "tmp"
@@ -75,7 +75,7 @@ def test_valid_max_sentences_splits_the_first_lines_over_ranks(m30k_centered):
 def test_validator_scores_only_the_first_sentences(m30k_centered, monkeypatch):
     """The validation NLL with valid.max_sentences = N is the NLL of the first N lines of each
     direction, computed here one sentence at a time."""
-    from cll_scale.run.recipe import PRESETS, ModelConfig
+    from cll_scale.model.config import ModelConfig, PRESETS
     from cll_scale.data.manifest import Manifest
     from cll_scale.model.model import CLLTransformer
     m = Manifest.load(m30k_centered)

@@ -12,7 +12,7 @@ import pytest
 
 from cll_scale.core.cli import EXIT_INPUT
 from cll_scale.core.outputs import (DirLock, OutputError, atomic_dir, check_apart, check_owner, directory_owner,
-                               share_modes)
+                                    share_modes)
 from tests.conftest import run_cli
 from tests.test_misuse import cli, one_line_error
 from tests.test_train import ENV, common
@@ -243,7 +243,7 @@ def test_an_unwritable_output_is_refused_before_any_work(tiny_export, m30k_cente
     from cll_scale.analyze import main as analyze_main
     from cll_scale.core.cli import EXIT_FILES
     from cll_scale.evaluate import main as eval_main
-    from cll_scale.translate import Translator
+    from cll_scale.evaluation.translator import Translator
     monkeypatch.setattr(Translator, "load", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
     (tmp_path / "afile").write_text("a file")
     readonly = tmp_path / "ro"

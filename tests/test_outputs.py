@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from cll_scale.model.export import load_export
 from cll_scale.core.outputs import BusyError, DirLock
+from cll_scale.model.export import load_export
 from tests.conftest import ROOT
 
 REWRITE = """

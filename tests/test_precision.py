@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from cll_scale.core import faults
-from cll_scale.training.precision import (DS_CONFIGS, PEAK_BF16_TFLOPS, Bf16MatmulsInFp32, cpu_bf16_speedup, emulates_bf16,
-                                 peak_bf16_tflops, precision, resolve_ds_config)
+from cll_scale.core.hardware import PEAK_BF16_TFLOPS, cpu_bf16_speedup, peak_bf16_tflops
+from cll_scale.model.bf16 import Bf16MatmulsInFp32, emulates_bf16
+from cll_scale.training.precision import DS_CONFIGS, precision, resolve_ds_config
 
 
 def test_peak_table_reads_device_names_by_word():

@@ -146,7 +146,7 @@ HOSTILE = ["", "   \t ", "x" * 10_000, "Ein Hund 🐕🎉 läuft 👍🏽", "con
 
 @pytest.mark.slow
 def test_hostile_text_into_translator_and_cli(tiny_export):
-    from cll_scale.translate import Translator
+    from cll_scale.evaluation.translator import Translator
     tr = Translator.load(tiny_export)
     out = tr.translate(HOSTILE, "de")
     assert len(out) == len(HOSTILE) and out[0] == "" and out[1] == ""

@@ -304,7 +304,9 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     begun in one precision and resumed in another; --allow-mixed-precision lets it go on, and the
     report names each model's precision."""
     from cll_scale.training.precision import default_ds_config, precision
-    from cll_scale.training.precision import hardware, planned_precision, trained_precision
+    from cll_scale.core.hardware import hardware
+    from cll_scale.repro.plan import planned_precision
+    from cll_scale.training.precision import trained_precision
     from cll_scale.repro.plan import Budget
     from cll_scale.repro.records import check_one_precision
     from cll_scale.repro.report import write_report

@@ -3,8 +3,8 @@ import gzip
 
 import pytest
 
-from cll_scale.data.languages import Direction, LanguageError, check_languages, strict_dependence, targets_by_source
 from cll_scale.data.corpora import CorpusError, read_multiway, read_opus100, scan_text_file
+from cll_scale.data.languages import Direction, LanguageError, check_languages, strict_dependence, targets_by_source
 
 
 def dirs(text):

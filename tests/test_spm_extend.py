@@ -4,8 +4,8 @@ import pytest
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
-from cll_scale.data.languages import LanguageError
 from cll_scale.data.corpora import read_multiway
+from cll_scale.data.languages import LanguageError
 from cll_scale.data.spm_extend import ExtendError, extend_sentencepiece
 from cll_scale.data.tokenizer import train_sentencepiece
 

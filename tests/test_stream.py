@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 import torch
 
-from cll_scale.data.manifest import Manifest, ManifestError
-from cll_scale.data.stream import ShardStream, StreamConfig, eval_batches
-from cll_scale.data.shards import BuildConfig, build_shards
 from cll_scale.data.corpora import read_parquet_dir
+from cll_scale.data.manifest import Manifest, ManifestError
+from cll_scale.data.shards import BuildConfig, build_shards
+from cll_scale.data.stream import ShardStream, StreamConfig, eval_batches
 from tests.conftest import ROOT
 from tests.hf_fixtures import multi30k_pairs, write_pair
 

@@ -5,12 +5,12 @@ from itertools import combinations
 
 import pytest
 
+from cll_scale.data.corpora import detect_format, read_opus100
 from cll_scale.data.manifest import Manifest
 from data_tools import synth as synth_mod
 from data_tools.cli import main
-from cll_scale.data.corpora import detect_format, read_opus100
-from data_tools.synth import (EVAL_PAIRS, EVAL_SHORT, LANG_SCRIPT, NO_EVAL, OPUS100_TRAIN, ZERO_SHOT_LANGS,
-                              plan, synthesize)
+from data_tools.synth import (EVAL_PAIRS, EVAL_SHORT, LANG_SCRIPT, NO_EVAL, OPUS100_TRAIN, ZERO_SHOT_LANGS, plan,
+                              synthesize)
 from tests.conftest import OPUS_SAMPLE, run_cli
 
 TINY = 0.0002

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.training.engine import free_port
+from cll_scale.training.collectives import free_port
 from tests.conftest import ROOT
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
@@ -246,7 +246,7 @@ def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered
     value; once trained, later steps without it still move it, by AdamW's momentum (ZeRO updates its
     whole flat partition). Issue 34's finding 1, kept as a specification of data.mixing=direction."""
     import torch
-    from cll_scale.run.recipe import ModelConfig
+    from cll_scale.model.config import ModelConfig
     from cll_scale.model.model import CLLTransformer
     from cll_scale.data.stream import ShardStream, StreamConfig
     from tests.test_train_step import checkpoint_weights

@@ -10,17 +10,19 @@ import torch
 from tests.conftest import ROOT
 from tests.test_train import DEEPSPEED, ENV, cll_train, common, finish, free_port, losses, probe
 
-HOST_SIDE = "tolist @ cll_scale/training/engine.py:host_all_reduce"   # CPU tensors over gloo, by design
+HOST_SIDE = "tolist @ cll_scale/training/collectives.py:host_all_reduce"   # CPU tensors over gloo, by design
 
 
 def sync_counts(shards, run, config, tmp_path, log_every=5, steps=12):
     report = tmp_path / f"syncs-{config}.json"
     args = common(shards, run, steps, "--ds-config", config, "--set", f"log.every={log_every}",
-                  "--set", "checkpoint.every=1000", "--set", "checkpoint.export=false", "--set", "train.grad_accum=2")
+                  "--set", "checkpoint.every=1000", "--set", "train.grad_accum=2")
     res = subprocess.run([sys.executable, str(ROOT / "tests" / "sync_probe.py"), *args, "--report", str(report)],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     data = json.loads(report.read_text())
+    # one manifest read for the whole run: the stream, validation and the export are handed it
+    assert len(data["manifest_loads"]) == 1, data["manifest_loads"]
     return {int(k): v for k, v in data["counts"].items()}
 
 

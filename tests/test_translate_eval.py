@@ -7,13 +7,13 @@ import sys
 import pytest
 import torch
 
-from cll_scale.evaluate import main as eval_main
-from cll_scale.evaluate import pairs_from_shards
-from cll_scale.evaluation.scoring import score_direction
-from cll_scale.evaluation.langid import detect
 from cll_scale.core.cli import config_from_args
+from cll_scale.evaluate import main as eval_main
+from cll_scale.evaluation.langid import detect
+from cll_scale.evaluation.scoring import score_direction
+from cll_scale.evaluation.testsets import pairs_from_shards
+from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
-from cll_scale.translate import TranslateConfig, Translator
 from tests.conftest import ROOT, run_cli
 
 
@@ -139,9 +139,9 @@ def test_command_flags_come_from_the_config_dataclasses():
     flag is a config field's, so a default changed in the config is the flag's default too."""
     import dataclasses
 
-    from cll_scale.backtranslate import BTConfig
+    from cll_scale.loops.backtranslate import BTConfig
     from cll_scale.backtranslate import build_parser as bt_parser
-    from cll_scale.extend import ExtendConfig
+    from cll_scale.loops.extend import ExtendConfig
     from cll_scale.extend import build_parser as extend_parser
     from cll_scale.translate import build_parser as translate_parser
     for cls, parser in ((DecodeConfig, translate_parser()), (BTConfig, bt_parser()), (ExtendConfig, extend_parser())):

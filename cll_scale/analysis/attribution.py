@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from cll_scale.run.recipe import ModelConfig
+from cll_scale.evaluation.translator import Translator
+from cll_scale.model.config import ModelConfig
 from cll_scale.model.model import CLLTransformer
-from cll_scale.translate import Translator
 
 COMPONENTS = ("ffn1", "ffn2", "lsl1", "lsl2")
 

@@ -26,8 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from cll_scale.run.recipe import field_default
-from cll_scale.evaluation.scoring import LIDS
+from cll_scale.core.settings import field_default
 
 EXIT_INPUT, EXIT_FILES, EXIT_DEVICE, EXIT_DIVERGED = 2, 3, 4, 5
 
@@ -75,9 +74,11 @@ def run(prog: str, body: Callable[[], int | None], debug: bool = False) -> int:
         code = exit_code(err)
         if code is None:
             raise
-        engine = sys.modules.get("cll_scale.training.engine")      # only a command that joined a group
-        if engine is not None:
-            engine.abandon()
+        # Only a command that joined a process group has loaded the collectives (this layer may not
+        # import them): leave the group, or gloo's threads could abort the interpreter at exit.
+        collectives = sys.modules.get("cll_scale.training.collectives")
+        if collectives is not None:
+            collectives.abandon()
         if debug:
             traceback.print_exc()
         if getattr(err, "exit_code", None) is not None:
@@ -200,19 +201,4 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_lid_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lid", type=lid_list, default=("langdetect",),
-                   help="language identifiers: langdetect (always: the paper's measure), lingua (also "
-                        "its off-target rate and code-switch share), e.g. --lid langdetect,lingua")
-    p.add_argument("--lid-workers", type=non_negative_int, default=None,
-                   help="processes that score and identify languages while decoding goes on "
-                        "(default: the cores but one; 0: in this process)")
 
-
-def lid_list(text: str) -> tuple[str, ...]:
-    """``--lid``: langdetect always comes first (the paper's measure), lingua optionally."""
-    names = tuple(dict.fromkeys(csv_list(text)))
-    unknown = [x for x in names if x not in LIDS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LIDS)}")
-    return names if "langdetect" in names else ("langdetect", *names)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cll_scale.data.languages import Direction
 from cll_scale.core.outputs import json_text, write_atomic
+from cll_scale.data.languages import Direction
 
 SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"

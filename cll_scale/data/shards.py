@@ -20,11 +20,11 @@ import sentencepiece as spm
 from tqdm.auto import tqdm
 
 from cll_scale.core.cli import non_negative_int
+from cll_scale.core.clock import StageClock
+from cll_scale.core.outputs import atomic_dir, check_output
+from cll_scale.data.corpora import Corpus, CorpusError
 from cll_scale.data.languages import Direction, lang_tag
 from cll_scale.data.manifest import MANIFEST, Manifest, ManifestError, Shard, SplitInfo, TokenizerInfo, sha256_file
-from cll_scale.core.outputs import atomic_dir, check_output
-from cll_scale.core.clock import StageClock
-from cll_scale.data.corpora import Corpus, CorpusError
 from cll_scale.data.tokenizer import check_sentencepiece, train_sentencepiece
 
 ID_LIST = pa.list_(pa.int32())

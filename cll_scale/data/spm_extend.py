@@ -18,8 +18,8 @@ from pathlib import Path
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as pb
 
-from cll_scale.data.languages import check_language, lang_tag
 from cll_scale.core.outputs import write_atomic
+from cll_scale.data.languages import check_language, lang_tag
 
 NORMAL, CONTROL = pb.ModelProto.SentencePiece.NORMAL, pb.ModelProto.SentencePiece.CONTROL
 # SentencePiece rejects a vocabulary the text cannot fill and names the largest size that works.

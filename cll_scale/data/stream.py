@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from cll_scale.run.recipe import setting
+from cll_scale.core.settings import setting
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest, ManifestError
 

@@ -16,9 +16,9 @@ import numpy as np
 import sentencepiece as spm
 from tqdm.auto import tqdm
 
-from cll_scale.data.languages import lang_tag
 from cll_scale.core.clock import StageClock
 from cll_scale.data.corpora import Corpus, CorpusError
+from cll_scale.data.languages import lang_tag
 
 # Special ids fixed across every model we build: pad must exist (batches are padded) and sit at 0.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cll_scale.training.metrics import read_rows
-
 
 def _pyplot():
     import matplotlib
@@ -20,10 +18,9 @@ def _save(plt, fig, out_png: str | Path) -> Path:
     return Path(out_png)
 
 
-def plot_training_curves(metrics_path: str | Path, out_png: str | Path) -> Path | None:
-    """Training loss, validation NLL (supervised / zero-shot) and learning rate over steps."""
-    path = Path(metrics_path)
-    rows = read_rows(path)
+def plot_training_curves(rows: list[dict], title: str, out_png: str | Path) -> Path | None:
+    """Training loss, validation NLL (supervised / zero-shot) and learning rate over steps, from a
+    run's metrics.jsonl rows (:func:`cll_scale.training.metrics.read_rows`)."""
     if not rows:
         return None
     train = [r for r in rows if r.get("loss") is not None]
@@ -46,7 +43,7 @@ def plot_training_curves(metrics_path: str | Path, out_png: str | Path) -> Path 
     ax_lr.set_xlabel("step")
     ax_lr.set_ylabel("learning rate")
     ax_lr.grid(alpha=0.3)
-    fig.suptitle(str(path.parent.name))
+    fig.suptitle(title)
     return _save(plt, fig, out_png)
 
 

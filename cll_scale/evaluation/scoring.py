@@ -11,6 +11,7 @@ languages) and the share of outputs it splits into spans of two or more language
 """
 from __future__ import annotations
 
+import argparse
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -18,8 +19,9 @@ from functools import lru_cache
 
 import sacrebleu
 
-from cll_scale.evaluation.langid import Lingua, detect
+from cll_scale.core.cli import csv_list, non_negative_int
 from cll_scale.data.languages import Direction
+from cll_scale.evaluation.langid import Lingua, detect
 
 LIDS = ("langdetect", "lingua")
 
@@ -131,3 +133,21 @@ def averages(results: list[DirectionResult], central: str | None) -> dict[str, d
             out[name] = {k: sum(getattr(r, k) for r in rows) / len(rows) for k in METRICS
                          if all(getattr(r, k) is not None for r in rows)}
     return out
+
+
+def add_lid_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lid", type=lid_list, default=("langdetect",),
+                   help="language identifiers: langdetect (always: the paper's measure), lingua (also "
+                        "its off-target rate and code-switch share), e.g. --lid langdetect,lingua")
+    p.add_argument("--lid-workers", type=non_negative_int, default=None,
+                   help="processes that score and identify languages while decoding goes on "
+                        "(default: the cores but one; 0: in this process)")
+
+
+def lid_list(text: str) -> tuple[str, ...]:
+    """``--lid``: langdetect always comes first (the paper's measure), lingua optionally."""
+    names = tuple(dict.fromkeys(csv_list(text)))
+    unknown = [x for x in names if x not in LIDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(LIDS)}")
+    return names if "langdetect" in names else ("langdetect", *names)

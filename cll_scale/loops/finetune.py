@@ -12,19 +12,24 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cll_scale.training import engine as ds
-from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, non_negative_int, print_tables
+from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, non_negative_int,
+                                print_tables)
 from cll_scale.core.cli import run as cli_run
-from cll_scale.training.checkpointer import has_checkpoints
-from cll_scale.run.recipe import build_section
-from cll_scale.model.decoding import DecodeConfig
-from cll_scale.evaluate import compare, lid_pool, pairs_from_shards, write_report
-from cll_scale.model.export import export_lang_tag
+from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.data.manifest import Manifest
-from cll_scale.core.outputs import DirLock, OutputError, SETTINGS, check_apart, check_owner, json_text, write_atomic
+from cll_scale.evaluation.evaluator import compare
+from cll_scale.evaluation.pool import lid_pool
+from cll_scale.evaluation.report import write_report
+from cll_scale.evaluation.testsets import pairs_from_shards
+from cll_scale.evaluation.translator import TranslateConfig, Translator
+from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.export import export_lang_tag
 from cll_scale.run.build import build_run, set_threads
+from cll_scale.run.recipe import build_section
 from cll_scale.run.trainer import Trainer
-from cll_scale.translate import TranslateConfig, Translator
+from cll_scale.training import collectives
+from cll_scale.training import engine as ds
+from cll_scale.training.rundir import has_checkpoints
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
                     identity: dict | None = None) -> None:
@@ -113,7 +118,7 @@ def open_output(out: Path, prog: str, settings: dict, may_change: set[str], rest
             lock.abandon()
             raise
         return lock
-    return ds.on_rank0(lock_and_record, str(out))
+    return collectives.on_rank0(lock_and_record, str(out))
 
 
 def check_fine_tuning_inputs(cfg: "FineTuneSettings", manifest: Manifest, data: str, out: str,
@@ -156,7 +161,7 @@ def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Call
     try:
         device = ds.device()
         done = work(rank, world, device)
-        ds.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
+        collectives.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
                              # out a long evaluation in a collective would hit the group's timeout
         if rank != 0:
             return {}
@@ -224,16 +229,6 @@ class FineTuneSettings:
     eval_beam: int = field(default=DecodeConfig.beam, metadata={"help": "beam of the before/after evaluation"})
     seed: int = field(default=1, metadata={"help": "seed of everything the command draws (sampling, noise, "
                                                    "data order, training)", "type": non_negative_int})
-
-
-def entry_points(prog: str, doc: str, config_cls, run: Callable):
-    """A fine-tuning command's ``build_parser()`` and ``main(argv=None)``."""
-    def parser() -> argparse.ArgumentParser:
-        return build_parser(prog, doc, config_cls)
-
-    def main(argv: list[str] | None = None) -> int:
-        return command(prog, argv, parser(), config_cls, run)
-    return parser, main
 
 
 def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, optim: dict,

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from cll_scale.run.recipe import ModelConfig
-from cll_scale.data.manifest import Manifest, sha256_file
-from cll_scale.model.model import CLLTransformer
 from cll_scale.core.outputs import atomic_dir, json_text
+from cll_scale.data.manifest import Manifest, sha256_file
+from cll_scale.model.config import ModelConfig
+from cll_scale.model.model import CLLTransformer
 
 FILES = ("model.safetensors", "model_config.json", "spm.model", "manifest.json")
 

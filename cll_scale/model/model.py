@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cll_scale.run.recipe import ModelConfig
+from cll_scale.model.config import ModelConfig
 
 
 def sinusoidal_positions(n: int, d: int) -> torch.Tensor:

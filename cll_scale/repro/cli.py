@@ -7,15 +7,15 @@ import shlex
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import (add_debug_argument, add_lid_arguments, csv_list, non_negative_float, non_negative_int,
-                           positive_int, run)
+from cll_scale.core.cli import add_debug_argument, csv_list, non_negative_float, non_negative_int, positive_int, run
+from cll_scale.evaluation.scoring import add_lid_arguments
 from cll_scale.model.decoding import DecodeConfig
-from cll_scale.training.precision import PRECISIONS
 from cll_scale.repro import __doc__ as DOC
 from cll_scale.repro.evaluations import EvalSettings
 from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
 from cll_scale.repro.scheduler import ROOT
 from cll_scale.repro.study import Reproduction, Study
+from cll_scale.training.precision import PRECISIONS
 
 
 def seed_list(text: str) -> list[int]:

@@ -8,13 +8,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cll_scale.training.checkpointer import chosen_export
 from cll_scale.core.cli import pick_device
-from cll_scale.model.decoding import DecodeConfig
-from cll_scale.evaluate import evaluate_entries, file_name, pairs_from_shards, select_directions
 from cll_scale.core.outputs import json_text, write_atomic
+from cll_scale.evaluation.evaluator import evaluate_entries, file_name, select_directions
+from cll_scale.evaluation.testsets import pairs_from_shards
+from cll_scale.evaluation.translator import TranslateConfig, Translator
+from cll_scale.model.decoding import DecodeConfig
 from cll_scale.repro.records import export_id, is_record
-from cll_scale.translate import TranslateConfig, Translator
+from cll_scale.training.rundir import chosen_export
 
 
 @dataclass(frozen=True)

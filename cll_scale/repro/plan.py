@@ -2,11 +2,14 @@
 layer sets), their run directories, recipes and overrides, and the step or time budget."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cll_scale.core.cli import csv_list
-from cll_scale.run.recipe import PRESETS, ModelConfig, apply_overrides, load_recipe
+from cll_scale.model.config import PRESETS, ModelConfig
+from cll_scale.run.recipe import TrainConfig, apply_overrides, load_recipe
+from cll_scale.training.precision import ds_config_of, precision, resolve_ds_config
 
 CONDITIONS = ("centered", "triangle", "square", "cycle")    # cll_scale.data.corpora, paper §4.1
 # The recipe families: the study's (issue 20), the diagnostics of issue 34 (small, 2,100 steps,
@@ -127,3 +130,19 @@ def layer_sweep(name: str, recipe: Path, overrides: list[str], spec: str | None)
     return [(f"{name} cll{layers[0]}" + (f"-{layers[-1]}" if len(layers) > 1 else ""),
              ["model.variant=custom", f"model.cll_layers=[{','.join(str(i - 1) for i in layers)}]", *residual])
             for layers in cll_layer_sets(spec, cfg.decoder_layers)]
+
+
+def planned_precision(recipe: Path, overrides: list[str], asked: str = "auto") -> tuple[str, str]:
+    """The precision cll-train trains (or resumes) a recipe in on this machine, and why, named
+    where it comes from: ``asked`` (cll-repro's ``--precision``, which decides over the recipe as
+    it does for the trainings cll-repro starts), an override of ``train.ds_config`` (``--set``),
+    the recipe, or ``auto``'s choice for this machine."""
+    if asked != "auto":
+        path, _ = resolve_ds_config(ds_config_of(asked))
+        return precision(json.loads(path.read_text())), f"--precision {asked}"
+    train = apply_overrides(load_recipe(recipe), overrides).get("train", {})
+    value = train.get("ds_config", TrainConfig.ds_config)
+    path, why = resolve_ds_config(value)
+    if str(value) != "auto" and any(o.partition("=")[0].strip() == "train.ds_config" for o in overrides):
+        why = f"--set train.ds_config={value}"
+    return precision(json.loads(path.read_text())), why

@@ -9,22 +9,22 @@ import shutil
 import sys
 from pathlib import Path
 
-from cll_scale.training.checkpointer import BEST_EXPORT, chosen_export
-from cll_scale.run.recipe import (RULES, SECTIONS, TrainConfig, apply_overrides, load_recipe, named_rules, training_rules,
-                              upgrade)
-from cll_scale.training.metrics import read_rows
+from cll_scale.core.compat import RULES, upgrade
+from cll_scale.core.hardware import hardware
 from cll_scale.core.outputs import json_text, write_atomic
-from cll_scale.training.precision import hardware, trained_precision
 from cll_scale.repro.plan import Budget
+from cll_scale.run.recipe import SECTIONS, TrainConfig, apply_overrides, load_recipe, named_rules, training_rules
+from cll_scale.training.metrics import read_rows
+from cll_scale.training.precision import trained_precision
+from cll_scale.training.rundir import BEST_EXPORT, chosen_export
 
 # What a record keeps of a finished run: everything the report and the evaluation cache read,
 # without the weights and checkpoints (about 100 MB a `small` model).
 RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "export/export.json",
                 f"{BEST_EXPORT}/export.json")
 RECORD = "record.json"
-# Train settings that cll-repro itself sets per run or through its budget and --precision flags
-# (the engine settings file says where a model trains; its precision is compared on its own,
-# check_one_precision).
+# Train settings that cll-repro sets per run, through its budget and its --precision (the precision
+# an engine settings file names is compared on its own, check_one_precision).
 PER_RUN = {"data", "run_dir", "max_steps", "max_minutes", "max_epochs", "ds_config"}
 
 
@@ -195,7 +195,7 @@ def check_trained_settings(runs: dict[str, Path], recipe_of: dict[str, Path], ov
 def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str]], allow: bool) -> None:
     """The models of one report train in one precision, or the spread over seeds mixes the seed's
     effect with bf16's rounding. ``planned``: the models this sitting trains or resumes, with the
-    precision this machine gives them (:func:`cll_scale.training.precision.planned_precision`). ``auto``
+    precision this machine gives them (:func:`cll_scale.repro.plan.planned_precision`). ``auto``
     picks bf16 only where the CPU runs it fast, so a study begun on a CPU with avx512_bf16 and
     continued on one without would otherwise go on in fp32 unnoticed (and a run begun in one
     would be resumed in the other)."""

@@ -6,13 +6,15 @@ import json
 import statistics
 from pathlib import Path
 
-from cll_scale.training.checkpointer import chosen_export
-from cll_scale.evaluate import LSL_OFF, TAG_OMITTED, markdown
-from cll_scale.training.metrics import read_rows
+from cll_scale.core.hardware import hardware
 from cll_scale.core.outputs import write_atomic
-from cll_scale.training.precision import hardware, trained_precision
+from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED
+from cll_scale.evaluation.report import markdown
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import last_train_row, trained_on
+from cll_scale.training.metrics import read_rows
+from cll_scale.training.precision import trained_precision
+from cll_scale.training.rundir import chosen_export
 
 
 def plot_links(report: dict, figs: Path, prefix: str = "") -> list[str]:

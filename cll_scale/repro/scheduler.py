@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from cll_scale.training.metrics import read_rows
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, last_train_row, run_state
+from cll_scale.training.metrics import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 # The languages of the non-centered conditions, in the order that makes their directions (paper

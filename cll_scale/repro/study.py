@@ -7,19 +7,21 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cll_scale.evaluate import lid_pool, summarize
 from cll_scale.core.outputs import DirLock, json_text, write_atomic
-from cll_scale.training.checkpointer import chosen_export
-from cll_scale.run.recipe import apply_overrides, load_recipe
 from cll_scale.data.manifest import Manifest
-from cll_scale.training.precision import ds_config_of, planned_precision
+from cll_scale.evaluation.pool import lid_pool
+from cll_scale.evaluation.report import summarize
+from cll_scale.evaluation.translator import Translator, check_beam
 from cll_scale.repro.evaluations import EvalSettings, Evaluations, cached_evaluation
+from cll_scale.repro.plan import planned_precision
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
 from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
                                      recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
-from cll_scale.translate import Translator, check_beam
+from cll_scale.run.recipe import apply_overrides, load_recipe
+from cll_scale.training.precision import ds_config_of
+from cll_scale.training.rundir import chosen_export
 
 
 @dataclass

@@ -16,17 +16,23 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from cll_scale.training import engine as ds
-from cll_scale.training.checkpointer import Checkpointer, git_commit
-from cll_scale.run.recipe import LEGACY_MODEL, RunConfig, build_configs, default_of
-from cll_scale.model.export import export_model_config, load_export
-from cll_scale.data.manifest import Manifest
-from cll_scale.training.metrics import MetricsLogger, device_peak_tflops
-from cll_scale.model.model import CLLTransformer, label_smoothed_loss
-from cll_scale.training.optim import GuardedAdamW
+from cll_scale.core.compat import LEGACY_MODEL
+from cll_scale.core.hardware import cpu_bf16_speedup
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
-from cll_scale.training.precision import cpu_bf16_speedup, emulates_bf16, matmul_mode, precision
+from cll_scale.core.settings import default_of
+from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import ShardStream, StreamConfig
+from cll_scale.model.bf16 import emulates_bf16, matmul_mode
+from cll_scale.model.export import export_model_config, load_export
+from cll_scale.model.model import CLLTransformer, label_smoothed_loss
+from cll_scale.run.recipe import RunConfig, build_configs
+from cll_scale.training import collectives
+from cll_scale.training import engine as ds
+from cll_scale.training.checkpointer import Checkpointer
+from cll_scale.training.metrics import MetricsLogger, device_peak_tflops
+from cll_scale.training.optim import GuardedAdamW
+from cll_scale.training.precision import precision
+from cll_scale.training.rundir import git_commit
 from cll_scale.training.validator import Validator
 
 
@@ -141,7 +147,7 @@ class Run:
         return self.engine.device
 
     def matmuls(self):
-        """The block this run's passes run in (:func:`cll_scale.training.precision.matmul_mode`)."""
+        """The block this run's passes run in (:func:`cll_scale.model.bf16.matmul_mode`)."""
         return matmul_mode(precision(self.ds_config), self.device)
 
     def export(self, tag: str, lr: float, name: str = "export", info: dict | None = None) -> None:
@@ -183,7 +189,7 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
     check_owner(run_dir, "cll-train", "--run-dir")
     check_apart(run_dir, {"--data": data_dir, "train.init_from": cfg.train.init_from}, "--run-dir")
     # One process writes a run directory (rank 0 of the run holds the lock until training ends).
-    lock = ds.on_rank0(DirLock(run_dir, "training run").acquire, str(run_dir))
+    lock = collectives.on_rank0(DirLock(run_dir, "training run").acquire, str(run_dir))
     try:
         return _build(cfg, manifest, run_dir, lock, rank, world, resume)
     except BaseException:
@@ -267,7 +273,7 @@ def _register_states(run: Run, tag: str | None, universal: bool, say) -> None:
     torch.manual_seed(run.cfg.train.seed * 1000 + run.rank)   # dropout differs between ranks
     if tag:
         run.checkpointer.load(run.engine, tag, run.world, universal)
-        run.state.epoch = ds.host_all_reduce([run.stream.epoch])[0] / run.world
+        run.state.epoch = collectives.host_all_reduce([run.stream.epoch])[0] / run.world
         say(f"resumed from {where} at step {run.state.step}"
             + (" (universal checkpoint, world size changed)" if universal else ""))
     dropped = run.metrics.truncate_after(run.state.step)

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import torch
 
-from cll_scale.training import engine as ds
-from cll_scale.training.precision import precision as precision_of
 from cll_scale.data.stream import ShardStream
 from cll_scale.run.build import build_run
 from cll_scale.run.trainer import Trainer
+from cll_scale.training import collectives
+from cll_scale.training.precision import precision as precision_of
 
 
 DRY_RUN_WARMUP = 2          # steps before the timed burst (first-call allocations, caches)
@@ -53,11 +53,11 @@ def _dry_run_figures(t: Trainer, steps: int) -> dict:
     for _ in range(steps):
         t.run_step()
     _sync(t.device)
-    seconds = ds.host_all_reduce([time.perf_counter() - start], "max")[0] / max(steps, 1)
+    seconds = collectives.host_all_reduce([time.perf_counter() - start], "max")[0] / max(steps, 1)
     cfg, run = t.cfg, t.run
     sample = ShardStream(cfg.train.data, replace(cfg.data, verify="none"), t.rank, t.world)
     batches = [next(sample) for _ in range(DRY_RUN_SAMPLE)]
-    rows, tokens = ds.host_all_reduce([sum(len(b) for b in batches), sum(b.ntokens for b in batches)])
+    rows, tokens = collectives.host_all_reduce([sum(len(b) for b in batches), sum(b.ntokens for b in batches)])
     rows_per_step = rows / DRY_RUN_SAMPLE * cfg.train.grad_accum
     tokens_per_step = tokens / DRY_RUN_SAMPLE * cfg.train.grad_accum
     split = run.manifest.splits[cfg.data.split]

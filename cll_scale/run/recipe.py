@@ -1,181 +1,42 @@
-"""Typed configs: one owner per setting, and the recipe that gathers them.
+"""The recipe layer: the file a user writes, gathered into one typed config per component.
 
-A recipe has one section per component, each a dataclass beside the component that uses it:
+A recipe has one section per component, each a dataclass that lives beside its component; this
+module sits above them all and is the only one that knows the whole list:
 
-=============  ==============================================  ==============================
-section        dataclass                                       used by
-=============  ==============================================  ==============================
-``model``      :class:`ModelConfig` (size presets: PRESETS)    :mod:`cll_scale.model.model`
-``data``       :class:`cll_scale.data.stream.StreamConfig`          the training stream
-``optim``      :class:`cll_scale.training.optim.OptimConfig`            AdamW and its schedule
-``checkpoint`` :class:`cll_scale.training.checkpointer.CheckpointConfig` checkpoints and exports
-``valid``      :class:`cll_scale.training.validator.ValidConfig`        validation and model selection
-``log``        :class:`cll_scale.training.metrics.LogConfig`            metrics.jsonl, the monitor, MFU
-``train``      :class:`TrainConfig`                            the run: data, budget, precision
-=============  ==============================================  ==============================
+=============  ==================================================  ================================
+section        dataclass                                           used by
+=============  ==================================================  ================================
+``model``      ``cll_scale.model.config.ModelConfig`` (PRESETS)    the CLL Transformer
+``data``       ``cll_scale.data.stream.StreamConfig``              the training stream
+``optim``      ``cll_scale.training.optim.OptimConfig``            AdamW and its schedule
+``checkpoint`` ``cll_scale.training.rundir.CheckpointConfig``       checkpoints and exports
+``valid``      ``cll_scale.training.validator.ValidConfig``        validation and model selection
+``log``        ``cll_scale.training.metrics.LogConfig``            metrics.jsonl, the monitor, MFU
+``train``      :class:`TrainConfig` (here)                         the run: data, budget, numerics
+=============  ==================================================  ================================
 
 Every field with ``metadata={"help": ...}`` is also a ``cll-train`` flag (``--optim.lr``),
-its default and help written once, here (:func:`add_recipe_arguments`). DeepSpeed's JSON files in
-``ds_configs/`` hold engine settings only (ZeRO stage, precision, offload, monitor); batch size,
-accumulation, clipping and learning rate are filled in by :func:`cll_scale.training.engine.make_ds_config`.
+its default and help written once, in its dataclass (:func:`add_recipe_arguments`). DeepSpeed's JSON
+files in ``ds_configs/`` hold engine settings only (ZeRO stage, precision, offload, monitor); batch
+size, accumulation, clipping and learning rate are filled in by
+``cll_scale.training.engine.make_ds_config``. Old names are read through :mod:`cll_scale.core.compat`.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:       # the sections' own modules import this one
-    from cll_scale.training.checkpointer import CheckpointConfig
-    from cll_scale.training.metrics import LogConfig
-    from cll_scale.training.optim import OptimConfig
-    from cll_scale.data.stream import StreamConfig
-    from cll_scale.training.validator import ValidConfig
-
-VARIANTS = ("baseline", "residual", "sd", "fcll", "custom")
-RESIDUAL_SUBLAYERS = ("ffn", "self_attn")
-INITS = ("torch", "xavier")
-LSL_DROPOUTS = ("authors", "double")
-# The training rules whose default changed (issue 34), and what a config written before they
-# existed meant by their absence: records, exports and resumed runs from before were trained with
-# one direction a step and the LSL dropped twice. (A resumed run's stream state names its mixing
-# itself; cll-repro keeps one rule per study, records.check_one_rule.)
-LEGACY = {"model": {"lsl_dropout": "double"}, "data": {"mixing": "direction"}}
-LEGACY_MODEL = LEGACY["model"]
-RULES = tuple(f"{section}.{key}" for section, legacy in LEGACY.items() for key in legacy)
-
-
-def setting(default, help: str, **meta):
-    """A field whose help text (and ``meta``: choices, flag) is its cll-train flag's."""
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
-    return field(default=default, metadata={"help": help, **meta})
-
-
-@dataclass
-class ModelConfig:
-    """Encoder-decoder Transformer with optional CLL (paper Eq. 3) in the decoder. The vocabulary,
-    special ids and languages come from the shards' manifest, the sizes from the preset."""
-
-    vocab_size: int = 8000
-    pad_id: int = 0
-    bos_id: int = 2
-    eos_id: int = 3
-    d_model: int = setting(256, "model width D")
-    n_heads: int = setting(4, "attention heads")
-    ffn_dim: int = setting(1024, "inner size of the feed-forward layers")
-    encoder_layers: int = setting(3, "encoder layers")
-    decoder_layers: int = setting(3, "decoder layers")
-    max_positions: int = setting(1024, "longest sequence the position table holds")
-    pre_norm: bool = setting(True, "layer norm before each sublayer (false: after, as the paper's fairseq models)")
-    dropout: float = setting(0.1, "dropout on sublayer outputs and embeddings")
-    attention_dropout: float = setting(0.0, "dropout on attention weights")
-    activation_dropout: float = setting(0.0, "dropout inside the feed-forward layers")
-    init: str = setting("torch", "Linear weights: torch's default, or xavier as fairseq (the paper's code): "
-                   "Xavier-uniform, zero biases", choices=INITS)
-    # --- CLL (paper §3, Eq. 3) -------------------------------------------------------------
-    languages: list[str] = field(default_factory=list)   # index = tgt_lang id (manifest order)
-    central_language: str | None = None                   # None: every language has an LSL
-    variant: str = setting("fcll", "baseline, residual, sd, fcll (paper §4), or custom with model.cll_layers",
-                      choices=VARIANTS, flag="--variant")
-    cll_layers: list[int] | None = setting(None, "decoder layers (0-based) with CLL, e.g. [0, 2]; set by the "
-                                      "variant unless it is custom")
-    lsl_dim: int = setting(256, "R, inner size of each language-specific layer")
-    cll_dropout: float = setting(0.2, "dropout on the LSL output (paper App. A: 0.2-0.3)")
-    lsl_dropout: str = setting("authors", "authors: the FFN output gets `dropout` and the LSL output `cll_dropout`, "
-                          "each once, then they are added; double: the rule before issue 34 (the sum "
-                          "dropped again, so the LSL twice)", choices=LSL_DROPOUTS)
-    t_init: float = setting(0.1, "initial t_l, the learned weight of each LSL")
-    # --- Residual removal (Liu et al. 2021) in the middle encoder layer ---------------------
-    residual_sublayer: str | None = setting(None, "drop the residual of this sublayer of one encoder layer: ffn "
-                                       "(the paper's code) or self_attn (Liu et al. 2021); residual/sd set ffn",
-                                       choices=RESIDUAL_SUBLAYERS)
-    residual_layer: int | None = setting(None, "0-based encoder layer of the removed residual (default: the "
-                                         "middle one)")
-
-    def __post_init__(self):
-        for name in ("dropout", "attention_dropout", "activation_dropout", "cll_dropout"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:     # 1.0 divides by zero, above 1 flips the sign of activations
-                raise ValueError(f"model.{name} must be in [0, 1), not {value}")
-        for name in ("vocab_size", "d_model", "n_heads", "ffn_dim", "encoder_layers", "decoder_layers",
-                     "max_positions", "lsl_dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"model.{name} must be >= 1, not {getattr(self, name)}")
-        if not math.isfinite(self.t_init):
-            raise ValueError(f"model.t_init must be finite, not {self.t_init}")
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
-        if self.lsl_dropout not in LSL_DROPOUTS:
-            raise ValueError(f"model.lsl_dropout must be one of {LSL_DROPOUTS}, not {self.lsl_dropout!r}")
-        if self.init not in INITS:
-            raise ValueError(f"model.init must be one of {INITS}, not {self.init!r}")
-        if self.residual_sublayer not in (None, *RESIDUAL_SUBLAYERS):
-            raise ValueError(f"residual_sublayer must be one of {RESIDUAL_SUBLAYERS} or None")
-        if self.central_language is not None and self.central_language not in self.languages:
-            raise ValueError(f"central language {self.central_language!r} is not in {self.languages}")
-        self.resolve_variant()
-
-    def resolve_variant(self) -> None:
-        """Baseline: no CLL. Residual: drop one residual of the middle encoder layer. SD:
-        Residual + CLL in decoder layer N/2+1 (1-based). FCLL: CLL in every decoder layer."""
-        mid_dec = self.decoder_layers // 2
-        if self.variant == "baseline":
-            self.cll_layers, self.residual_sublayer = [], None
-        elif self.variant == "residual":
-            self.cll_layers = []
-            self.residual_sublayer = self.residual_sublayer or "ffn"
-        elif self.variant == "sd":
-            self.cll_layers = [mid_dec]
-            self.residual_sublayer = self.residual_sublayer or "ffn"
-        elif self.variant == "fcll":
-            self.cll_layers = list(range(self.decoder_layers))
-        elif self.cll_layers is None:
-            raise ValueError("variant 'custom' needs cll_layers")
-        bad = [i for i in self.cll_layers if not 0 <= i < self.decoder_layers]
-        if bad:
-            raise ValueError(f"cll_layers {bad} outside 0..{self.decoder_layers - 1}")
-        self.cll_layers = sorted(set(self.cll_layers))
-        if self.residual_sublayer and self.residual_layer is None:
-            self.residual_layer = self.encoder_layers // 2
-        if self.residual_layer is not None and not 0 <= self.residual_layer < self.encoder_layers:
-            raise ValueError(f"residual_layer {self.residual_layer} outside the encoder")
-
-    @property
-    def lsl_languages(self) -> list[str]:
-        """Languages that get an LSL: every one but the central language."""
-        return [x for x in self.languages if x != self.central_language]
-
-    def to_json(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict) -> "ModelConfig":
-        return cls(**{**LEGACY_MODEL, **d})
-
-
-# Size presets (the rest of ModelConfig keeps its defaults). `small` is the CPU experiment size,
-# `base` the paper's OPUS-100 model (App. A), `big` the usual Transformer-big. `paper` is the
-# model of the authors' code for the triangle and Europarl runs (github zhiqu22/AdapNonCenter, a
-# fairseq `transformer`): 5+5 post-norm layers, dropout 0.3, Xavier init, and LSLs hard-coded at
-# 512 -> 1024 -> 512 with CLL dropout 0.3. Their dropout after `t_l ·` equals ours before it
-# (dropout commutes with a scalar).
-PRESETS: dict[str, dict] = {
-    "tiny": dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, lsl_dim=16,
-                 max_positions=512),
-    "small": dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, lsl_dim=256),
-    "base": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, lsl_dim=256),
-    "paper": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=5, decoder_layers=5, lsl_dim=1024,
-                  dropout=0.3, cll_dropout=0.3, pre_norm=False, init="xavier"),
-    "big": dict(d_model=1024, n_heads=16, ffn_dim=4096, encoder_layers=6, decoder_layers=6, lsl_dim=512,
-                dropout=0.3),
-}
+from cll_scale.core.compat import LEGACY, MOVED, notice, upgrade
+from cll_scale.core.settings import coerce_number, default_of, field_default, setting
+from cll_scale.data.stream import StreamConfig
+from cll_scale.model.config import PRESETS, ModelConfig
+from cll_scale.training.metrics import LogConfig
+from cll_scale.training.optim import OptimConfig
+from cll_scale.training.rundir import CheckpointConfig
+from cll_scale.training.validator import ValidConfig
 
 
 @dataclass
@@ -222,59 +83,12 @@ class TrainConfig:
 
 
 def section_classes() -> dict[str, type]:
-    """Each recipe section's dataclass, in the order config.json lists them (imported here, not at
-    the top: the components import this module)."""
-    from cll_scale.training.checkpointer import CheckpointConfig
-    from cll_scale.training.metrics import LogConfig
-    from cll_scale.training.optim import OptimConfig
-    from cll_scale.data.stream import StreamConfig
-    from cll_scale.training.validator import ValidConfig
+    """Each recipe section's dataclass, in the order config.json lists them."""
     return {"model": ModelConfig, "data": StreamConfig, "optim": OptimConfig, "checkpoint": CheckpointConfig,
             "valid": ValidConfig, "log": LogConfig, "train": TrainConfig}
 
 
 SECTIONS = ("model", "data", "optim", "checkpoint", "valid", "log", "train")
-
-# Settings that lived in ``train`` before the sections (issue 36): still read, with a one-line
-# notice, until the next release. config.json files of runs trained before are read the same way.
-MOVED = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule_offset", "betas", "eps",
-                                                  "weight_decay", "clip_norm")},
-         "train.ckpt_every": "checkpoint.every", "train.keep_last": "checkpoint.keep_last",
-         "train.export": "checkpoint.export", "train.valid_every": "valid.every",
-         "train.valid_max_batches": "valid.max_batches", "train.valid_max_sentences": "valid.max_sentences",
-         "train.valid_decode_sentences": "valid.decode_sentences", "train.best_metric": "valid.best_metric",
-         "train.log_every": "log.every"}
-
-
-def upgrade(recipe: dict, where: str = "") -> dict:
-    """``recipe`` with every :data:`MOVED` setting in its section. ``where`` names a recipe the
-    user wrote: then one line says what moved (once per process; records and old config.json
-    files are read silently). A setting given both ways in one recipe is an error."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in recipe.items()}
-    moved = []
-    for old, new in MOVED.items():
-        section, key = old.split(".")
-        if key not in (out.get(section) or {}):
-            continue
-        new_section, new_key = new.split(".")
-        if new_key in (out.get(new_section) or {}):
-            raise ValueError(f"{where or 'recipe'}: {old} and {new} are the same setting; keep {new}")
-        out.setdefault(new_section, {})[new_key] = out[section].pop(key)
-        moved.append(f"{old} -> {new}")
-    if moved and where:
-        _notice(f"{where}: settings moved to their own sections, read as such (the old names go in the next "
-                f"release): {', '.join(moved)}")
-    return out
-
-
-_NOTICES: set[str] = set()
-
-
-def _notice(message: str) -> None:
-    if message not in _NOTICES:
-        _NOTICES.add(message)
-        import sys
-        print(f"[cll-scale] {message}", file=sys.stderr)
 
 
 def load_recipe(path: str | Path) -> dict:
@@ -364,7 +178,7 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
             recipe["preset"] = value
             continue
         if key in MOVED:
-            _notice(f"--set {key} is now {MOVED[key]} (read as such; the old name goes in the next release)")
+            notice(f"--set {key} is now {MOVED[key]} (read as such; the old name goes in the next release)")
             key = MOVED[key]
         section, dot, name = key.partition(".")
         if not eq or not dot or section not in SECTIONS:
@@ -440,28 +254,6 @@ def _numeric_kind(f: dataclasses.Field) -> type | None:
     names = {part.strip() for part in str(f.type).split("|")} - {"None"}
     return {"bool": bool, "int": int, "float": float}.get(names.pop()) if len(names) == 1 else None
 
-
-def coerce_number(name: str, value, kind: type):
-    """The config boundary of every numeric setting: a count is a whole number, a float is finite
-    (NaN would pass every ``<``/``>`` check and reach config.json as invalid JSON), a switch is a
-    boolean. YAML reads ``7e-4`` as a string and ``1e3`` as a float, so both convert here."""
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, not {value!r}")
-        return value
-    try:
-        number = float(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else None
-    except ValueError:
-        number = None
-    if number is None:
-        raise ValueError(f"{name}: {value!r} is not a{'n integer' if kind is int else ' number'}")
-    if not math.isfinite(number):
-        raise ValueError(f"{name} must be a finite number, not {value!r}")
-    if kind is int:
-        if number != int(number):
-            raise ValueError(f"{name} must be a whole number, not {value!r}")
-        return int(value) if isinstance(value, int) else int(number)
-    return number
 
 
 def _coerce(cls, section: str, kw: dict) -> dict:
@@ -541,15 +333,6 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
                for section, legacy in LEGACY.items() for key, old in legacy.items()}
     return {**unnamed, **named_rules(config)}
 
-
-def default_of(cls: type, name: str):
-    """The default of the setting ``name`` of the config class ``cls``."""
-    return field_default(next(f for f in dataclasses.fields(cls) if f.name == name))
-
-
-def field_default(f: dataclasses.Field):
-    """A dataclass field's default, from its factory if it has one."""
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer,

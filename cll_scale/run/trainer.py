@@ -14,12 +14,13 @@ from dataclasses import asdict
 import torch
 from tqdm.auto import tqdm
 
-from cll_scale.training import engine as ds
 from cll_scale.core import faults
-from cll_scale.training.checkpointer import BEST_EXPORT
-from cll_scale.training.metrics import MetricsWindow
+from cll_scale.evaluation.plots import plot_training_curves
 from cll_scale.model.model import train_flops
 from cll_scale.run.build import Run, log
+from cll_scale.training import collectives
+from cll_scale.training.metrics import MetricsWindow, read_rows
+from cll_scale.training.rundir import BEST_EXPORT
 from cll_scale.training.skips import NonFiniteSkip, OutOfMemorySkip
 
 
@@ -110,7 +111,7 @@ class Trainer:
                           # KillWait: 30 s); a validation due at this step is skipped
                 bar.close()
                 self.save()
-                ds.shutdown()      # every rank is here: the process is about to end
+                collectives.shutdown()      # every rank is here: the process is about to end
                 raise Interrupted(self.stop.signum, self.state.step, self.resume_hint)
             if self.run.validator.due(self.state.step):
                 last.update(self._validate_and_select())
@@ -121,11 +122,11 @@ class Trainer:
             last.update(self._validate_and_select())
         tag = self.save()
         if self.rank == 0:
-            from cll_scale.evaluation.plots import plot_training_curves
-            plot_training_curves(self.run.metrics.path, self.run.run_dir / "curves.png")
+            run_dir = self.run.run_dir
+            plot_training_curves(read_rows(self.run.metrics.path), run_dir.name, run_dir / "curves.png")
         if self.cfg.checkpoint.export:
             self.run.export(tag, self.engine.get_lr()[0])
-        ds.barrier()
+        collectives.barrier()
         return {"step": self.state.step, **last}
 
     def run_step(self) -> tuple[bool, dict | None]:
@@ -138,7 +139,7 @@ class Trainer:
         # Per-step agreement on host numbers: every rank stops at the same step, and the stop flag
         # rides along because launchers signal ranks one after another (deepspeed's waits up to
         # 30 s per rank) while every rank must checkpoint the same step.
-        seconds, epoch, seen, all_flops, stop = ds.host_all_reduce(
+        seconds, epoch, seen, all_flops, stop = collectives.host_all_reduce(
             [time.perf_counter() - t_step, self.stream.epoch, tokens, flops, float(bool(self.stop.signum))])
         st.elapsed += seconds / self.world
         st.epoch = epoch / self.world

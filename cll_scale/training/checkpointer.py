@@ -11,42 +11,21 @@ DeepSpeed is reached only through :mod:`cll_scale.training.engine`.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from cll_scale.training import engine as ds
 from cll_scale.core import faults
 from cll_scale.core.cli import EXIT_FILES
-from cll_scale.run.recipe import setting
-from cll_scale.model.export import write_export
+from cll_scale.core.compat import upgrade_client_state
 from cll_scale.core.outputs import json_text, write_atomic
+from cll_scale.model.export import write_export
+from cll_scale.training import collectives
+from cll_scale.training import engine as ds
+from cll_scale.training.rundir import (BEST_EXPORT, META, CheckpointConfig, checkpoint_problem, checkpoint_world_size,
+                                       git_commit, has_checkpoints, latest_tag, resumable_tag, tag_for)
 
-BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (ValidConfig.best_metric)
-
-
-@dataclass
-class CheckpointConfig:
-    """The recipe's ``checkpoint`` section."""
-    # The help texts are cll-train's flags (cll_scale.run.recipe.add_recipe_arguments).
-    every: int = setting(1000, "save a checkpoint every this many steps")
-    keep_last: int = setting(3, "complete checkpoints kept (older ones are deleted)")
-    export: bool = setting(True, "write export/ at the end (and export-best/ on a new best validation score)")
-
-    def __post_init__(self):
-        if self.every < 1 or self.keep_last < 1:
-            raise ValueError("checkpoint.every and checkpoint.keep_last must be >= 1")
-
-
-def chosen_export(run_dir: str | os.PathLike) -> Path:
-    """The export a run's evaluation uses: the checkpoint chosen on supervised validation when the
-    run made one (``export-best/``), else its last one (``export/``)."""
-    best = Path(run_dir) / BEST_EXPORT
-    return best if (best / "export.json").exists() else Path(run_dir) / "export"
 
 
 class CheckpointError(RuntimeError):
@@ -54,96 +33,6 @@ class CheckpointError(RuntimeError):
     exit_code = EXIT_FILES
 
 
-def git_commit() -> str:
-    try:
-        root = Path(__file__).resolve().parents[2]
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout
-        return head + (" (uncommitted changes)" if dirty.strip() else "") if head else "unknown"
-    except OSError:
-        return "unknown"
-
-
-def tag_for(step: int) -> str:
-    return f"step{step:08d}"
-
-
-META = "cll_meta.json"
-
-
-def latest_tag(ckpt_dir: Path) -> str | None:
-    """The tag ``latest`` names (it may be missing or damaged: see :func:`resumable_tag`)."""
-    latest = ckpt_dir / "latest"
-    return latest.read_text().strip() if latest.is_file() else None
-
-
-def has_checkpoints(ckpt_dir: Path) -> bool:
-    return (ckpt_dir / "latest").is_file() or any(p.is_dir() for p in ckpt_dir.glob("step*"))
-
-
-def checkpoint_problem(ckpt_dir: Path, tag: str) -> str | None:
-    """None if ``tag`` is complete: its files are all there at the sizes recorded when it was
-    committed. Otherwise what is wrong."""
-    d = ckpt_dir / tag
-    if not d.is_dir():
-        return "missing"
-    try:
-        meta = json.loads((d / META).read_text())
-    except (OSError, ValueError):
-        return f"no readable {META} (never committed)"
-    files = meta.get("files")
-    if files is None:       # written before sizes were recorded: the files DeepSpeed must have
-        optim = len(list(d.glob("*optim_states.pt")))
-        model = any(d.glob("*model_states.pt"))
-        return None if model and optim == meta.get("world_size") else "model or optimizer states missing"
-    for name, size in files.items():
-        f = d / name
-        if not f.is_file():
-            return f"{name} missing"
-        if f.stat().st_size != size:
-            return f"{name} has {f.stat().st_size} bytes, {size} when it was written"
-    return None
-
-
-def resumable_tag(ckpt_dir: Path) -> tuple[str | None, str]:
-    """The checkpoint to resume from: the one ``latest`` names if it is complete, else the newest
-    complete one, with a warning naming both. No complete checkpoint at all is an error."""
-    named = latest_tag(ckpt_dir)
-    problem = checkpoint_problem(ckpt_dir, named) if named else "no latest file"
-    if named and problem is None:
-        return named, ""
-    tags = sorted((p.name for p in ckpt_dir.glob("step*") if p.is_dir() and not p.name.endswith("_universal")),
-                  reverse=True)
-    problems = {t: problem if t == named else checkpoint_problem(ckpt_dir, t) for t in tags}
-    good = [t for t in tags if problems[t] is None]
-    if good:
-        return good[0], (f"{ckpt_dir / 'latest'} names {named} ({problem}); resuming from {good[0]}, "
-                         f"the newest complete checkpoint" if named else
-                         f"{ckpt_dir} has no latest file; resuming from {good[0]}, the newest complete checkpoint")
-    if not tags and not named:
-        return None, ""
-    listing = "; ".join(f"{t}: {why}" for t, why in problems.items()) or "no step directory"
-    raise ValueError(f"{ckpt_dir}: no complete checkpoint to resume from (latest names {named or 'nothing'}"
-                     f"{f', {problem}' if named else ''}; {listing})")
-
-
-def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
-    meta = ckpt_dir / tag / META
-    if meta.is_file():
-        return json.loads(meta.read_text())["world_size"]
-    return len(list((ckpt_dir / tag).glob("*optim_states.pt")))
-
-
-def upgrade_client_state(client: dict) -> dict:
-    """A checkpoint's client state in today's layout: one entry per registered state. Checkpoints
-    written before the states were registered kept the train state's fields at the top level,
-    and ``streams``/``rng`` lists beside them."""
-    if "train" in client:
-        return client
-    train = {k: client[k] for k in ("step", "elapsed", "tokens_seen") if k in client}
-    data = {"data": client["data"]} if "data" in client else {}      # the oldest kept none: any data matched
-    streams = [{**data, "stream": s} for s in client["streams"]]
-    return {"train": train, "stream": streams, "rng": client["rng"]}
 
 
 class Checkpointer:
@@ -198,10 +87,10 @@ class Checkpointer:
                     path.rename(aside)
                     log(f"moved the damaged {path.name} aside to {aside.name}")
             write_atomic(self.dir / "latest", tag)
-        ds.barrier()
+        collectives.barrier()
 
     def client_state(self) -> dict:
-        return {name: ds.all_gather_object(state.state_dict()) if per_rank else state.state_dict()
+        return {name: collectives.all_gather_object(state.state_dict()) if per_rank else state.state_dict()
                 for name, (state, per_rank) in self.states.items()}
 
     def save(self, engine, step: int) -> str:
@@ -217,7 +106,7 @@ class Checkpointer:
             ds.save_checkpoint(engine, self.dir, tag, state)
             if self.rank == 0:
                 self._commit(step, tag)
-            ds.barrier()
+            collectives.barrier()
         except (OSError, RuntimeError) as err:   # disk full, quota, unwritable directory (torch.save
             # reports a failed write as a RuntimeError from its zip writer)
             previous = self.latest()

@@ -9,24 +9,14 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from cll_scale.core.outputs import OutputError
+from cll_scale.training import collectives
 from cll_scale.training.precision import resolve_ds_config
-
-_HOST_GROUP = None     # a gloo group for host numbers when the training group is NCCL
-
-
-def free_port() -> int:
-    """A TCP port free on this host now (the rendezvous of a one-process world, a local server)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def init_distributed() -> tuple[int, int, int]:
@@ -40,7 +30,7 @@ def init_distributed() -> tuple[int, int, int]:
     logger.setLevel(logging.WARNING)   # DeepSpeed's INFO lines would drown the run's own log
     if "RANK" not in os.environ:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        os.environ.setdefault("MASTER_PORT", str(collectives.free_port()))
     if not torch.cuda.is_available():
         # On CPU DeepSpeed's comm backend JIT-compiles a shared-memory all-reduce kernel
         # (70-110 s on 2 cores) that only its inference path uses; training talks through
@@ -49,38 +39,12 @@ def init_distributed() -> tuple[int, int, int]:
     if not torch.distributed.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
-    global _HOST_GROUP
-    if _HOST_GROUP is None and torch.distributed.get_backend() != "gloo":   # every rank, same order
-        _HOST_GROUP = torch.distributed.new_group(backend="gloo")
+    collectives.open_host_group()
     local = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         torch.cuda.set_device(local)
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), local
 
-
-def shutdown() -> None:
-    """Leave the process group once a command's work is done, all ranks together. Without it
-    gloo's worker threads outlive the interpreter and a finished 2-rank CPU run could still abort
-    at exit ("terminate called without an active exception"); destroying the group while the
-    other rank was still communicating did too (1 test in 10). Call it on success only: after a
-    failure the barrier would wait for ranks that are gone."""
-    global _HOST_GROUP
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()      # no rank tears its connections down while another still talks
-        torch.distributed.destroy_process_group()
-    _HOST_GROUP = None
-
-
-def abandon() -> None:
-    """Leave the process group after a failure, when this process is the whole world. A refusal
-    raised after ``init_distributed`` (an output of other settings, say) would otherwise exit
-    with gloo's threads alive, and the interpreter could abort at exit ("terminate called
-    without an active exception", exit -6) instead of returning the refusal's exit code. With
-    other ranks there is nobody to wait for at a barrier: the launcher ends them."""
-    global _HOST_GROUP
-    if torch.distributed.is_initialized() and torch.distributed.get_world_size() == 1:
-        torch.distributed.destroy_process_group()
-        _HOST_GROUP = None
 
 
 def device() -> torch.device:
@@ -98,7 +62,7 @@ def make_ds_config(path: str | Path, optim, grad_accum: int, world_size: int, ru
     the global batch is then ``1 × grad_accum × world_size`` microbatches, checked here.
     """
     auto = str(path) == "auto"
-    path, why = resolve_ds_config(path, agree=ranks_agree if torch.distributed.is_initialized() else None)
+    path, why = resolve_ds_config(path, agree=collectives.ranks_agree if torch.distributed.is_initialized() else None)
     if auto and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
         print(f"[cll-scale] ds_config auto: {path.name} ({why})", file=sys.stderr, flush=True)
     cfg = json.loads(path.read_text())
@@ -194,42 +158,4 @@ def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]
     return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
 
 
-def all_gather_object(obj) -> list:
-    out = [None] * torch.distributed.get_world_size()
-    torch.distributed.all_gather_object(out, obj)
-    return out
 
-
-def host_all_reduce(values: list[float], op: str = "sum") -> list[float]:
-    """Reduce a few host numbers over ranks through a gloo group on CPU tensors: the training
-    loop's per-step agreement (stop signal, budget) never waits for the GPU's queue to drain."""
-    t = torch.tensor(values, dtype=torch.float64)
-    ops = {"sum": torch.distributed.ReduceOp.SUM, "max": torch.distributed.ReduceOp.MAX,
-           "min": torch.distributed.ReduceOp.MIN}
-    torch.distributed.all_reduce(t, op=ops[op], group=_HOST_GROUP)
-    return t.tolist()
-
-
-def on_rank0(fn, what: str):
-    """Run ``fn`` on rank 0 only and return its result there; an expected error it raises
-    (``OSError``, ``ValueError``) is raised on every rank, since the others would otherwise wait
-    for rank 0 in their next collective."""
-    result, error = None, None
-    if torch.distributed.get_rank() == 0:
-        try:
-            result = fn()
-        except (OSError, ValueError) as err:
-            error = err
-    if host_all_reduce([float(error is not None)])[0]:
-        raise error or OutputError(f"{what}: refused on rank 0 (see its message)")
-    return result
-
-
-def ranks_agree(flag: bool) -> bool:
-    """True on every rank when ``flag`` is true on every rank (engine settings must be the same
-    on all of them)."""
-    return host_all_reduce([float(flag)], "min")[0] > 0
-
-
-def barrier() -> None:
-    torch.distributed.barrier()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cll_scale.run.recipe import setting
+from cll_scale.core.settings import setting
 
 
 @dataclass

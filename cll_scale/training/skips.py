@@ -15,8 +15,8 @@ import sys
 import torch
 
 from cll_scale.core.cli import DeviceError
-from cll_scale.training.metrics import WindowSums
 from cll_scale.model.model import label_smoothed_loss
+from cll_scale.training.metrics import WindowSums
 
 
 class OutOfMemory(DeviceError):

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.training import engine as ds
-from cll_scale.run.recipe import setting
+from cll_scale.core.settings import setting
 from cll_scale.data.manifest import SUPERVISED, ZERO_SHOT
-from cll_scale.model.model import label_smoothed_loss
 from cll_scale.data.stream import Batch, eval_batches
+from cll_scale.model.model import label_smoothed_loss
+from cll_scale.training import collectives
 
 BEST_METRICS = ("", "valid_nll", "valid_bleu")
 
@@ -125,8 +125,9 @@ class Validator:
         scores, by_direction = {}, {}
         if self.rank == 0:
             from cll_scale.model.decoding import DecodeConfig
-            from cll_scale.evaluate import pairs_from_shards, score_model
-            from cll_scale.translate import TranslateConfig, Translator
+            from cll_scale.evaluation.evaluator import score_model
+            from cll_scale.evaluation.testsets import pairs_from_shards
+            from cll_scale.evaluation.translator import TranslateConfig, Translator
             tr = Translator(model, self.manifest, Path(self.data) / self.manifest.tokenizer.file,
                             TranslateConfig(DecodeConfig(beam=1)), lang_tag=self.stream_cfg.add_lang_tag)
             ev = score_model(tr, pairs_from_shards(self.data, self.split),
@@ -137,7 +138,7 @@ class Validator:
             scores = {k: v for k, v in means.items() if v is not None}
             by_direction = {r.direction: {"bleu": r.bleu, "off_target_restricted": r.off_target_restricted}
                             for r in ev.results}
-        return ds.all_gather_object((scores, by_direction))[0]     # every rank logs the same numbers
+        return collectives.all_gather_object((scores, by_direction))[0]     # every rank logs the same numbers
 
 
 def lines_between(batches, first: int, last: int, pad: int, max_tokens: int):

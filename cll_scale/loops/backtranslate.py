@@ -1,0 +1,228 @@
+"""``cll-bt``: back-translation fine-tuning (paper §4.3, after Zhang et al. 2020's online
+back-translation).
+
+    cll-bt --model runs/x/export --data data/shards/multi30k-centered --out runs/x-bt --bt-langs de,fr,cs
+    deepspeed --num_gpus 8 -m cll_scale.backtranslate --model ... # generation and training on every rank
+
+Every epoch: the current model translates the target side of each training pair into a random
+language of ``--bt-langs`` other than the target's (the pseudo source), one epoch is trained on
+the real pairs plus the pseudo pairs — which cover the zero-shot directions — and the next epoch
+starts over with the updated model. Paper settings: 4 epochs, a fresh optimizer, 500 warm-up
+steps, peak learning rate 3e-4. Layout of ``--out`` (re-running the command resumes it):
+
+    settings.json      the settings of the run: a re-run must match them (or pass --restart)
+    bt.json            the epochs finished
+    parts/epoch-K/     finished generation chunks: an interrupted epoch does not redo them
+    data/epoch-K/      a shard directory: the real shards (hard links) + the pseudo ones (bt.*)
+    run/               the fine-tuning run: checkpoints, metrics, export/ (the result)
+    eval/<split>/      before/after report (results.md, results.json, plots)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
+from cll_scale.data.languages import Direction
+from cll_scale.data.manifest import Manifest, Shard
+from cll_scale.evaluation.translator import TranslateConfig, Translator
+from cll_scale.loops import finetune
+from cll_scale.loops.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
+from cll_scale.model.decoding import DecodeConfig
+from cll_scale.training import collectives
+
+BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
+
+
+@dataclass
+class BTConfig(FineTuneSettings):
+    # The help texts are cll-bt's flags (cll_scale.core.cli.add_config_arguments).
+    model: str = field(metadata={"help": "export to start from"})
+    data: str = field(metadata={"help": "the shard directory the model was trained on (real pairs, valid and "
+                                        "test sets)"})
+    out: str = field(metadata={"help": "run directory (re-run the command to resume)"})
+    bt_langs: list[str] = field(default_factory=list, metadata={
+        "help": "comma-separated pseudo-source languages (default: all); the paper uses the languages of the "
+                "zero-shot test"})
+    epochs: int = field(default=4, metadata={"help": "back-translation epochs"})
+    beam: int = field(default=1, metadata={"help": "beam for generating pseudo sources (1: greedy, as online "
+                                                   "back-translation does)"})
+    max_rows: int = field(default=0, metadata={"help": "pairs per direction and epoch (0: every training pair)"})
+    chunk_rows: int = 2048              # unit of resumable generation work
+    lr: float = field(default=3e-4, metadata={"help": "peak learning rate of each epoch's fine-tuning"})
+    warmup_steps: int = field(default=500, metadata={"help": "learning-rate warm-up steps"})
+
+    def __post_init__(self):
+        for name in ("epochs", "beam", "chunk_rows", "max_tokens", "eval_beam"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}")
+        for name in ("max_rows", "warmup_steps", "eval_max_sentences"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, not {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"--lr must be > 0, not {self.lr}")
+
+    def check(self) -> None:
+        """What can be wrong with the inputs, before anything is written (on every rank)."""
+        manifest = Manifest.load(self.data)
+        unknown = [x for x in self.bt_langs if x not in manifest.languages]
+        if unknown:
+            raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {self.data} "
+                             f"({', '.join(manifest.languages)})")
+        finetune.check_fine_tuning_inputs(self, manifest, self.data, self.out,
+                                          {"--model": self.model, "--data": self.data})
+        model = Manifest.load(self.model)        # an export carries the manifest it was trained on
+        if model.languages != manifest.languages or model.tokenizer.sha256 != manifest.tokenizer.sha256:
+            raise ValueError(f"--model {self.model} was not trained on --data {self.data} (languages "
+                             f"{', '.join(model.languages)} vs {', '.join(manifest.languages)}, or another "
+                             f"tokenizer)")
+
+
+# -- generation -----------------------------------------------------------------------------------
+
+def read_targets(data: Path, manifest: Manifest, direction: str) -> tuple[np.ndarray, list[list[int]]]:
+    """(line numbers, target ids) of one training direction, in shard order."""
+    table = manifest.read_direction(data, "train", direction, ["line", "tgt_ids"])
+    return table.column("line").to_numpy(), table.column("tgt_ids").to_pylist()
+
+
+def plan_epoch(cfg: BTConfig, manifest: Manifest, epoch: int) -> list[dict]:
+    """The epoch's work as chunks of (direction, row indices, pseudo-source languages), drawn
+    from (seed, epoch, direction) only, so every rank and every restart plans the same."""
+    langs = cfg.bt_langs or manifest.languages
+    chunks = []
+    for i, direction in enumerate(manifest.splits["train"].directions()):
+        tgt = Direction.parse(direction).tgt
+        options = [x for x in langs if x != tgt]
+        if not options:
+            continue
+        rng = np.random.default_rng([cfg.seed, epoch, i])
+        n = manifest.splits["train"].rows(direction)
+        rows = np.arange(n) if not cfg.max_rows or cfg.max_rows >= n else np.sort(rng.choice(n, cfg.max_rows, replace=False))
+        pseudo = rng.choice(len(options), len(rows))
+        for start in range(0, len(rows), cfg.chunk_rows):
+            part = slice(start, start + cfg.chunk_rows)
+            chunks.append({"direction": direction, "rows": rows[part].tolist(),
+                           "pseudo_langs": [options[k] for k in pseudo[part]]})
+    return chunks
+
+
+def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world: int) -> tuple[list[dict], dict]:
+    """Translate this rank's unfinished chunks; each finished chunk is written at once. Returns
+    the epoch's chunks and this rank's speed: pseudo sentences, seconds, sentences/s."""
+    data, parts = Path(cfg.data), Path(cfg.out) / "parts" / f"epoch-{epoch}"
+    parts.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest.load(data)
+    chunks = plan_epoch(cfg, manifest, epoch)
+    mine = [k for k in range(len(chunks)) if k % world == rank and not (parts / f"{k:06d}.json").exists()]
+    targets: dict[str, tuple] = {}
+    bar = tqdm(total=sum(len(chunks[k]["rows"]) for k in mine), unit="sent", disable=rank != 0 or None,
+               desc=f"back-translating, epoch {epoch}", dynamic_ncols=True)
+    start, done = time.perf_counter(), 0
+    for k in mine:
+        c = chunks[k]
+        if c["direction"] not in targets:
+            targets[c["direction"]] = read_targets(data, manifest, c["direction"])
+        lines, tgt_ids = targets[c["direction"]]
+        texts = translator.sp.decode([tgt_ids[r] for r in c["rows"]])
+        pseudo = translator.translate(texts, c["pseudo_langs"])
+        record = {"direction": c["direction"], "lines": [int(lines[r]) for r in c["rows"]],
+                  "rows": c["rows"], "pseudo_langs": c["pseudo_langs"], "pseudo": pseudo}
+        write_atomic(parts / f"{k:06d}.json", json_text(record, ensure_ascii=False))
+        bar.update(len(c["rows"]))
+        done += len(c["rows"])
+    bar.close()
+    seconds = time.perf_counter() - start
+    speed = {"pseudo_sentences": done, "seconds": seconds, "sentences_per_s": done / seconds if done else 0.0}
+    if done:
+        print(f"[cll-bt] rank {rank}, epoch {epoch}: {done:,} pseudo sentences in {seconds:.1f} s "
+              f"({speed['sentences_per_s']:.1f}/s, beam {cfg.beam}, {translator.device.type})", file=sys.stderr)
+    return chunks, speed
+
+
+def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
+    """Real shards (linked) + pseudo pairs as one shard directory ``data/epoch-K``."""
+    from cll_scale.data.shards import BuildConfig, link_shards, write_direction
+    data, out = Path(cfg.data), Path(cfg.out) / "data" / f"epoch-{epoch}"
+    if (out / "manifest.json").exists():
+        return out
+    manifest = Manifest.load(data)
+    parts = Path(cfg.out) / "parts" / f"epoch-{epoch}"
+    by_direction: dict[str, dict[str, list]] = {}
+    filtered: dict[str, dict[str, int]] = {}
+    targets: dict[str, list] = {}
+    for k in range(n_chunks):
+        rec = json.loads((parts / f"{k:06d}.json").read_text(encoding="utf-8"))
+        if rec["direction"] not in targets:
+            targets[rec["direction"]] = read_targets(data, manifest, rec["direction"])[1]
+        tgt = Direction.parse(rec["direction"]).tgt
+        src_ids = sp.encode(rec["pseudo"])
+        for row, line, lang, text, ids in zip(rec["rows"], rec["lines"], rec["pseudo_langs"], rec["pseudo"], src_ids):
+            name = f"{lang}-{tgt}"
+            counts = filtered.setdefault(BT_PREFIX + name, {"empty": 0, "too_long": 0})
+            if not text.strip():          # the model produced nothing: counted, not trained on
+                counts["empty"] += 1
+                continue
+            if len(ids) > manifest.max_tokens:
+                counts["too_long"] += 1
+                continue
+            cols = by_direction.setdefault(name, {"line": [], "src_ids": [], "tgt_ids": []})
+            cols["line"].append(line)
+            cols["src_ids"].append(ids)
+            cols["tgt_ids"].append(targets[rec["direction"]][row])
+    build_cfg = BuildConfig(out_dir=str(out), block_rows=manifest.block_rows, max_tokens=manifest.max_tokens)
+    with atomic_dir(out) as tmp:
+        pseudo: list[Shard] = []
+        for name in sorted(by_direction):
+            pseudo += write_direction(tmp, "train", Direction.parse(name), by_direction[name], build_cfg, BT_PREFIX)
+        merged = Manifest.from_json(manifest.to_json())
+        merged.splits["train"].shards = sorted(merged.splits["train"].shards + pseudo, key=lambda s: s.file)
+        merged.splits["train"].filtered.update(filtered)
+        merged.source = {"back_translation": {"epoch": epoch, "from": str(data), "model": cfg.model,
+                                              "pseudo_rows": sum(s.rows for s in pseudo)}, **manifest.source}
+        link_shards(merged, [(data, [s for split in manifest.splits.values() for s in split.shards])], tmp,
+                    data / manifest.tokenizer.file)
+    return out
+
+
+# -- the loop -------------------------------------------------------------------------------------
+
+def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
+    run = Path(cfg.out) / "run"
+    finetune.train_run(fine_tuning_recipe(cfg, epoch_data, run, {"lr": cfg.lr, "warmup_steps": cfg.warmup_steps},
+                                          {"best_metric": ""}, init_from=cfg.model, new_data=True, max_epochs=1.0))
+
+
+def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
+    # More epochs or another evaluation may be asked of a run.
+    return finetune.run_command("cll-bt", cfg, restart, {"epochs", "eval_splits", "eval_max_sentences", "eval_beam"},
+                                BTConfig.check, lambda rank, world, device: epochs(cfg, rank, world, device))
+
+
+def epochs(cfg: BTConfig, rank: int, world: int, device) -> Comparison:
+    """The epochs not done yet: generate with the latest model, build that epoch's data, train."""
+    out = Path(cfg.out)
+    state_path = out / "bt.json"
+    state = json.loads(state_path.read_text()) if state_path.exists() else {"epochs_done": 0}
+    for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
+        current = cfg.model if epoch == 1 else out / "run" / "export"
+        translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))
+        chunks, speed = generate(cfg, translator, epoch, rank, world)
+        collectives.barrier()
+        if rank == 0:
+            build_epoch_data(cfg, epoch, len(chunks), translator.sp)
+        collectives.barrier()
+        train_epoch(cfg, out / "data" / f"epoch-{epoch}")
+        if rank == 0:
+            state = {"epochs_done": epoch, "generation": {**state.get("generation", {}), str(epoch): speed}}
+            write_atomic(state_path, json_text(state, indent=1))
+        collectives.barrier()
+    return Comparison({"before": cfg.model, f"after {cfg.epochs} BT epochs": out / "run" / "export"}, cfg.data,
+                      cfg.data)
+
