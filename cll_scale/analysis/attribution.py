@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from cll_scale.data.inputs import target_ids
 from cll_scale.evaluation.translator import Translator
 from cll_scale.model.config import ModelConfig
 from cll_scale.model.model import CLLTransformer
@@ -59,7 +60,7 @@ def prepare(translator: Translator, src_text: str, tgt_lang: str, tgt_text: str 
     if tgt_text is None:
         tgt_text = translator.translate([src_text], tgt_lang, omit_tag=omit_tag)[0]
     src_ids = translator.encode(src_text.strip(), tgt_lang, omit_tag)
-    tgt_ids = translator.sp.encode(tgt_text.strip())[:translator.model.cfg.max_positions - 2] + [translator.eos]
+    tgt_ids = target_ids(translator.sp.encode(tgt_text.strip())[:translator.model.cfg.max_positions - 2], translator.eos)
     sp, device = translator.sp, translator.device
     return Example(src_text, tgt_text, tgt_lang, torch.tensor([src_ids], device=device),
                    torch.tensor([[translator.bos] + tgt_ids[:-1]], device=device),

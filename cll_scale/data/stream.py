@@ -43,6 +43,7 @@ import pyarrow as pa
 import torch
 
 from cll_scale.core.settings import setting
+from cll_scale.data.inputs import padded_rows, source_length, target_length
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest, ManifestError
 
@@ -190,24 +191,6 @@ def _list_column(arr: pa.ListArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.diff(offsets).astype(np.int64), offsets[:-1].astype(np.int64) - offsets[0], values[offsets[0]:offsets[-1]]
 
 
-def _gather_padded(starts: np.ndarray, lens: np.ndarray, vals: np.ndarray, width: int, pad: int,
-                   prefix: np.ndarray | None, eos: int) -> np.ndarray:
-    """(B, width) int64 matrix: [prefix] + vals[start:start+len] + [eos], right-padded."""
-    b = len(lens)
-    out = np.full((b, width), pad, dtype=np.int64)
-    off = 0 if prefix is None else 1
-    if prefix is not None:
-        out[:, 0] = prefix
-    total = int(lens.sum())
-    if total:
-        rows = np.repeat(np.arange(b), lens)
-        first = np.cumsum(lens) - lens
-        cols = np.arange(total) - np.repeat(first, lens)
-        out[rows, cols + off] = vals[np.repeat(starts, lens) + cols]
-    out[np.arange(b), lens + off] = eos
-    return out
-
-
 def direction_blocks(split, direction: str, block_rows: int, rows_fraction: float = 1.0) -> list[tuple[str, int, int]]:
     """A direction's blocks as (file, record batch index, rows), its shards in order; with
     ``rows_fraction`` < 1 its first rows, that share of them to the nearest row: the last block
@@ -236,13 +219,14 @@ class ShardStream:
     """Endless iterator of training :class:`Batch` es for one rank. See the module docstring."""
 
     def __init__(self, shard_dir: str | Path, cfg: StreamConfig | None = None, rank: int = 0,
-                 world_size: int = 1, verify_part: tuple[int, int] = (0, 1)):
+                 world_size: int = 1, verify_part: tuple[int, int] = (0, 1), manifest: Manifest | None = None):
+        """``manifest``: the shards' as the command loaded it (read from ``shard_dir`` without)."""
         self.dir = Path(shard_dir)
         self.cfg = cfg or StreamConfig()
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world of size {world_size}")
         self.rank, self.world = rank, world_size
-        self.manifest = m = Manifest.load(self.dir)
+        self.manifest = m = manifest or Manifest.load(self.dir)
         if self.cfg.verify != "none":
             m.verify(self.dir, full=self.cfg.verify == "full", splits=[self.cfg.split], part=verify_part)
         split = m.splits.get(self.cfg.split)
@@ -498,8 +482,8 @@ def pool_size(block_rows: list[list[int]], pool_blocks: int, pool_rows: int) -> 
 
 
 def _row_cost(pool: _Pool, add_lang_tag: bool) -> np.ndarray:
-    """Padded length a row needs: source + tag + eos, or target + eos."""
-    return np.maximum(pool.src_len + (2 if add_lang_tag else 1), pool.tgt_len + 1)
+    """Padded length a row needs: its source or its target as the model reads them, the longer."""
+    return np.maximum(source_length(pool.src_len, add_lang_tag), target_length(pool.tgt_len))
 
 
 def _cut(order: np.ndarray, cost: np.ndarray, max_tokens: int, max_sentences: int) -> list[np.ndarray]:
@@ -523,9 +507,9 @@ def _collate(pool: _Pool, rows: np.ndarray, tag: int | np.ndarray | None, src_la
     n = len(rows)
     per_row = lambda v: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,))  # noqa: E731
     prefix = None if tag is None else per_row(tag)
-    src = _gather_padded(pool.src_start[rows], s_len, pool.src_vals,
-                         int(s_len.max()) + 1 + (prefix is not None), pad, prefix, eos)
-    tgt = _gather_padded(pool.tgt_start[rows], t_len, pool.tgt_vals, int(t_len.max()) + 1, pad, None, eos)
+    src = padded_rows(pool.src_start[rows], s_len, pool.src_vals, int(source_length(s_len.max(), prefix is not None)),
+                      pad, prefix, eos)
+    tgt = padded_rows(pool.tgt_start[rows], t_len, pool.tgt_vals, int(target_length(t_len.max())), pad, None, eos)
     tgt_lang = per_row(tgt_lang)
     starts = np.flatnonzero(np.r_[True, tgt_lang[1:] != tgt_lang[:-1]])
     runs = tuple(zip(tgt_lang[starts].tolist(), np.diff(np.r_[starts, n]).tolist()))
@@ -535,10 +519,11 @@ def _collate(pool: _Pool, rows: np.ndarray, tag: int | np.ndarray | None, src_la
 
 
 def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: int = 4096,
-                 rank: int = 0, world_size: int = 1, add_lang_tag: bool = True):
+                 rank: int = 0, world_size: int = 1, add_lang_tag: bool = True, manifest: Manifest | None = None):
     """Every row of one direction of an evaluation split exactly once, in length-sorted
-    token-budget batches (no shuffling, no sampling); ranks get disjoint contiguous slices."""
-    m = Manifest.load(shard_dir)
+    token-budget batches (no shuffling, no sampling); ranks get disjoint contiguous slices.
+    ``manifest``: the shards' as the command loaded it (read from ``shard_dir`` without)."""
+    m = manifest or Manifest.load(shard_dir)
     table = m.read_direction(shard_dir, split, direction, ["src_ids", "tgt_ids", "line"])
     pool = _Pool(*_concat_lists(table.column("src_ids").chunks), *_concat_lists(table.column("tgt_ids").chunks),
                  table.column("line").to_numpy())

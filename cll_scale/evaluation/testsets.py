@@ -7,8 +7,11 @@ from pathlib import Path
 from cll_scale.data.manifest import Manifest
 
 
-def pairs_from_shards(shard_dir: str | Path, split: str) -> dict[str, tuple[list[str], list[str]]]:
-    m = Manifest.load(shard_dir)
+def pairs_from_shards(shard_dir: str | Path, split: str, manifest: Manifest | None = None
+                      ) -> dict[str, tuple[list[str], list[str]]]:
+    """A dev/test split's raw text, every direction; ``manifest``: the shards' as the command
+    loaded it (read from ``shard_dir`` without)."""
+    m = manifest or Manifest.load(shard_dir)
     if split not in m.splits:
         raise ValueError(f"{shard_dir}: no split {split!r} (has {', '.join(m.splits)})")
     out: dict[str, tuple[list[str], list[str]]] = {}

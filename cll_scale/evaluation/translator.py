@@ -11,6 +11,7 @@ import sentencepiece as spm
 import torch
 import torch.nn.functional as F
 
+from cll_scale.data.inputs import source_ids
 from cll_scale.data.manifest import Manifest
 from cll_scale.model.bf16 import matmul_mode
 from cll_scale.model.decoding import DecodeConfig, beam_search
@@ -195,7 +196,7 @@ class Translator:
             # ascii(): the user's bytes (escape sequences, control characters) never reach the terminal raw
             log.warning("input of %d subwords truncated to %d: %s...", len(ids), self.max_src, ascii(text[:60]))
             ids = ids[:self.max_src]
-        return ([self.manifest.tokenizer.lang_tag_ids[tgt]] if tag else []) + ids + [self.eos]
+        return source_ids(ids, self.eos, self.manifest.tokenizer.lang_tag_ids[tgt] if tag else None)
 
     @torch.no_grad()
     def translate(self, sentences: list[str], tgt_lang: str | list[str], use_lsl: bool = True,

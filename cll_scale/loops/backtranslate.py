@@ -68,8 +68,9 @@ class BTConfig(FineTuneSettings):
         if not self.lr > 0:
             raise ValueError(f"--lr must be > 0, not {self.lr}")
 
-    def check(self) -> None:
-        """What can be wrong with the inputs, before anything is written (on every rank)."""
+    def check(self) -> Manifest:
+        """What can be wrong with the inputs, before anything is written (on every rank); returns
+        the --data manifest, which the command reads once."""
         manifest = Manifest.load(self.data)
         unknown = [x for x in self.bt_langs if x not in manifest.languages]
         if unknown:
@@ -82,6 +83,7 @@ class BTConfig(FineTuneSettings):
             raise ValueError(f"--model {self.model} was not trained on --data {self.data} (languages "
                              f"{', '.join(model.languages)} vs {', '.join(manifest.languages)}, or another "
                              f"tokenizer)")
+        return manifest
 
 
 # -- generation -----------------------------------------------------------------------------------
@@ -113,12 +115,12 @@ def plan_epoch(cfg: BTConfig, manifest: Manifest, epoch: int) -> list[dict]:
     return chunks
 
 
-def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world: int) -> tuple[list[dict], dict]:
+def generate(cfg: BTConfig, manifest: Manifest, translator: Translator, epoch: int, rank: int, world: int
+             ) -> tuple[list[dict], dict]:
     """Translate this rank's unfinished chunks; each finished chunk is written at once. Returns
     the epoch's chunks and this rank's speed: pseudo sentences, seconds, sentences/s."""
     data, parts = Path(cfg.data), Path(cfg.out) / "parts" / f"epoch-{epoch}"
     parts.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest.load(data)
     chunks = plan_epoch(cfg, manifest, epoch)
     mine = [k for k in range(len(chunks)) if k % world == rank and not (parts / f"{k:06d}.json").exists()]
     targets: dict[str, tuple] = {}
@@ -146,13 +148,12 @@ def generate(cfg: BTConfig, translator: Translator, epoch: int, rank: int, world
     return chunks, speed
 
 
-def build_epoch_data(cfg: BTConfig, epoch: int, n_chunks: int, sp) -> Path:
+def build_epoch_data(cfg: BTConfig, manifest: Manifest, epoch: int, n_chunks: int, sp) -> Path:
     """Real shards (linked) + pseudo pairs as one shard directory ``data/epoch-K``."""
     from cll_scale.data.shards import BuildConfig, link_shards, write_direction
     data, out = Path(cfg.data), Path(cfg.out) / "data" / f"epoch-{epoch}"
     if (out / "manifest.json").exists():
         return out
-    manifest = Manifest.load(data)
     parts = Path(cfg.out) / "parts" / f"epoch-{epoch}"
     by_direction: dict[str, dict[str, list]] = {}
     filtered: dict[str, dict[str, int]] = {}
@@ -202,10 +203,10 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
 def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
     # More epochs or another evaluation may be asked of a run.
     return finetune.run_command("cll-bt", cfg, restart, {"epochs", "eval_splits", "eval_max_sentences", "eval_beam"},
-                                BTConfig.check, lambda rank, world, device: epochs(cfg, rank, world, device))
+                                BTConfig.check, lambda rank, world, device, manifest: epochs(cfg, manifest, rank, world, device))
 
 
-def epochs(cfg: BTConfig, rank: int, world: int, device) -> Comparison:
+def epochs(cfg: BTConfig, manifest: Manifest, rank: int, world: int, device) -> Comparison:
     """The epochs not done yet: generate with the latest model, build that epoch's data, train."""
     out = Path(cfg.out)
     state_path = out / "bt.json"
@@ -213,10 +214,10 @@ def epochs(cfg: BTConfig, rank: int, world: int, device) -> Comparison:
     for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
         current = cfg.model if epoch == 1 else out / "run" / "export"
         translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))
-        chunks, speed = generate(cfg, translator, epoch, rank, world)
+        chunks, speed = generate(cfg, manifest, translator, epoch, rank, world)
         collectives.barrier()
         if rank == 0:
-            build_epoch_data(cfg, epoch, len(chunks), translator.sp)
+            build_epoch_data(cfg, manifest, epoch, len(chunks), translator.sp)
         collectives.barrier()
         train_epoch(cfg, out / "data" / f"epoch-{epoch}")
         if rank == 0:
@@ -224,5 +225,5 @@ def epochs(cfg: BTConfig, rank: int, world: int, device) -> Comparison:
             write_atomic(state_path, json_text(state, indent=1))
         collectives.barrier()
     return Comparison({"before": cfg.model, f"after {cfg.epochs} BT epochs": out / "run" / "export"}, cfg.data,
-                      cfg.data)
+                      cfg.data, manifest)
 

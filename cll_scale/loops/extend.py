@@ -114,8 +114,9 @@ def new_language_corpus(cfg: ExtendConfig, old: Manifest):
                                supervised=pairs, zero_shot=zero, splits=splits)
 
 
-def check_inputs(cfg: ExtendConfig) -> None:
-    """Everything that can be wrong with the arguments, before any work (on every rank)."""
+def check_inputs(cfg: ExtendConfig) -> Manifest:
+    """Everything that can be wrong with the arguments, before any work (on every rank); returns
+    the --data manifest, which the command reads once."""
     old = Manifest.load(cfg.data)
     try:
         check_language(cfg.lang)
@@ -132,9 +133,10 @@ def check_inputs(cfg: ExtendConfig) -> None:
         raise ValueError(f"{cfg.model} was not trained on {cfg.data} (other languages)")
     check_fine_tuning_inputs(cfg, old, cfg.data, cfg.out, {"--model": cfg.model, "--data": cfg.data,
                                                            "--corpus": cfg.corpus})
+    return old
 
 
-def build_data(cfg: ExtendConfig) -> Path:
+def build_data(cfg: ExtendConfig, old: Manifest) -> Path:
     """``out/data``: old shards + the new language's, one manifest, the extended vocabulary."""
     from cll_scale.data.shards import BuildConfig, build_shards, link_shards
     from cll_scale.data.spm_extend import extend_sentencepiece
@@ -142,7 +144,6 @@ def build_data(cfg: ExtendConfig) -> Path:
     final = out / "data"
     if (final / "manifest.json").exists():
         return final
-    old = Manifest.load(data)
     corpus = new_language_corpus(cfg, old)
     train = next(s for s in corpus.splits if s.name == "train")
     new_texts = [t for _, chunk in train.read_chunks(8192) for t in chunk[cfg.lang]]
@@ -254,15 +255,15 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
 
 def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
     return finetune.run_command("cll-extend", cfg, restart, {"max_steps", "eval_splits", "eval_max_sentences", "eval_beam"},
-                                check_inputs, lambda rank, world, device: extend(cfg, rank))
+                                check_inputs, lambda rank, world, device, manifest: extend(cfg, manifest, rank))
 
 
-def extend(cfg: ExtendConfig, rank: int) -> Comparison:
+def extend(cfg: ExtendConfig, old: Manifest, rank: int) -> Comparison:
     """Build the merged data and the grown model once (rank 0; the others wait), then fine-tune."""
     out = Path(cfg.out)
     data, init = out / "data", out / "init-export"
     if rank == 0:
-        data = build_data(cfg)
+        data = build_data(cfg, old)
         init = build_init_export(cfg, data)
     collectives.barrier()
     return Comparison({"original": cfg.model, f"+{cfg.lang}": fine_tune(cfg, data, init)}, data, cfg.corpus)

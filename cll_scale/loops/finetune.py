@@ -145,37 +145,38 @@ class Comparison:
     models: dict[str, str | Path]
     data: str | Path
     corpus: str | Path
+    manifest: Manifest | None = None      # data's, when the work holds it already
 
 
-def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Callable,
-                work: Callable[[int, int, object], Comparison]) -> dict[str, str]:
-    """The run of cll-bt and cll-extend: one thread per rank, the process group, ``check(cfg)``,
-    ``--out`` owned and locked (``may_change``: the settings a rerun may change; anything else
-    would mix two runs), ``work(rank, world, device)`` on every rank, then the before/after
-    tables on rank 0 ({} on the others)."""
+def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Callable[[object], Manifest],
+                work: Callable[[int, int, object, Manifest], Comparison]) -> dict[str, str]:
+    """The run of cll-bt and cll-extend: one thread per rank, the process group, ``check(cfg)``
+    (which returns the --data manifest it read), ``--out`` owned and locked (``may_change``: the
+    settings a rerun may change; anything else would mix two runs), ``work(rank, world, device,
+    manifest)`` on every rank, then the before/after tables on rank 0 ({} on the others)."""
     set_threads()
     rank, world, _ = ds.init_distributed()
-    check(cfg)
+    manifest = check(cfg)
     out = Path(cfg.out)
     lock = open_output(out, prog, asdict(cfg), may_change, restart, rank)
     try:
         device = ds.device()
-        done = work(rank, world, device)
+        done = work(rank, world, device, manifest)
         collectives.shutdown()        # before rank 0's evaluation, which needs no group: a rank waiting
                              # out a long evaluation in a collective would hit the group's timeout
         if rank != 0:
             return {}
         return before_after(done.models, done.data, cfg.eval_splits, done.corpus, cfg.eval_beam,
-                            cfg.eval_max_sentences, out, device)
+                            cfg.eval_max_sentences, out, device, done.manifest)
     finally:
         if lock is not None:
             lock.release()
 
 
 def before_after(models: dict[str, str | Path], data: str | Path, splits: list[str], test_name: str, beam: int,
-                 max_sentences: int, out: Path, device) -> dict[str, str]:
+                 max_sentences: int, out: Path, device, manifest: Manifest | None = None) -> dict[str, str]:
     """Evaluate the starting model and the fine-tuned one on each test split: {split: table}."""
-    manifest = Manifest.load(data)
+    manifest = manifest or Manifest.load(data)
     splits = splits or [n for n, s in manifest.splits.items() if s.role == "test"]
     unknown = [s for s in splits if s not in manifest.splits]
     if unknown:

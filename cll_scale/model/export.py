@@ -30,15 +30,16 @@ class ExportError(ValueError):
 
 
 def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor], model_cfg: ModelConfig,
-                 shard_dir: str | os.PathLike, info: dict | None = None) -> Path:
+                 shard_dir: str | os.PathLike, info: dict | None = None, manifest: Manifest | None = None) -> Path:
     """Write atomically: built in a temporary directory, then exchanged with the old export in
-    one step, so that a crash at any moment leaves a loadable export (the old or the new)."""
+    one step, so that a crash at any moment leaves a loadable export (the old or the new).
+    ``manifest``: the shards' (a training run hands its own; read from ``shard_dir`` without)."""
     out = Path(out_dir)
     with atomic_dir(out, replace=True) as tmp:
         tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in state_dict.items()}
         save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "model_config.json").write_text(json_text(model_cfg.to_json(), indent=1))
-        manifest = Manifest.load(shard_dir)
+        manifest = Manifest.from_json(manifest.to_json()) if manifest else Manifest.load(shard_dir)
         shutil.copyfile(Path(shard_dir) / manifest.tokenizer.file, tmp / "spm.model")
         manifest.tokenizer.file = "spm.model"
         manifest.save(tmp)

@@ -153,7 +153,7 @@ class Run:
     def export(self, tag: str, lr: float, name: str = "export", info: dict | None = None) -> None:
         """Consolidate checkpoint ``tag`` into ``run_dir/name`` (``export-best/`` with ``info``
         saying why it was chosen)."""
-        path = self.checkpointer.export(tag, self.frozen, self.cfg.model, self.cfg.train.data,
+        path = self.checkpointer.export(tag, self.frozen, self.cfg.model, self.cfg.train.data, self.manifest,
                                         {"step": self.state.step, "lr": lr, "lang_tag": self.cfg.data.add_lang_tag,
                                          **(info or {})}, name)
         if path is not None:
@@ -233,7 +233,7 @@ def _build(cfg: RunConfig, manifest: Manifest, run_dir: Path, lock, rank: int, w
     # The stream checks the shards first: a damaged one stops the run before anything starts
     # (the rank that finds it raises; the launcher then stops the others). The processes of
     # a node share the hashing of its files, so each byte is read once per node.
-    stream = ShardStream(cfg.train.data, cfg.data, rank, world, verify_part=local_part())
+    stream = ShardStream(cfg.train.data, cfg.data, rank, world, verify_part=local_part(), manifest=manifest)
     torch.manual_seed(cfg.train.seed)        # identical initial weights on every rank
     model = CLLTransformer(cfg.model)
     frozen = init_and_freeze(model, cfg.train.init_from, cfg.train.freeze, tag, say)

@@ -55,7 +55,7 @@ def _dry_run_figures(t: Trainer, steps: int) -> dict:
     _sync(t.device)
     seconds = collectives.host_all_reduce([time.perf_counter() - start], "max")[0] / max(steps, 1)
     cfg, run = t.cfg, t.run
-    sample = ShardStream(cfg.train.data, replace(cfg.data, verify="none"), t.rank, t.world)
+    sample = ShardStream(cfg.train.data, replace(cfg.data, verify="none"), t.rank, t.world, manifest=run.manifest)
     batches = [next(sample) for _ in range(DRY_RUN_SAMPLE)]
     rows, tokens = collectives.host_all_reduce([sum(len(b) for b in batches), sum(b.ntokens for b in batches)])
     rows_per_step = rows / DRY_RUN_SAMPLE * cfg.train.grad_accum

@@ -40,7 +40,6 @@ class Checkpointer:
     ``state_dict()`` / ``load_state_dict(state)``; a per-rank state (the stream's position, the
     RNG) is gathered from every rank on save, and on a resume at another world size is given the
     first rank's state with ``strict_world=False``."""
-    Config = CheckpointConfig
 
     def __init__(self, cfg: CheckpointConfig, run_dir: Path, rank: int):
         self.cfg, self.run_dir, self.rank = cfg, run_dir, rank
@@ -150,7 +149,7 @@ class Checkpointer:
             else:
                 state.load_state_dict(client[name][0], strict_world=False)
 
-    def export(self, tag: str, frozen: dict[str, torch.Tensor], model_cfg, data: str, info: dict,
+    def export(self, tag: str, frozen: dict[str, torch.Tensor], model_cfg, data: str, manifest, info: dict,
                name: str = "export") -> Path | None:
         """Consolidate the ZeRO checkpoint ``tag`` into ``run_dir/name`` (rank 0). ``frozen`` holds
         the values of frozen parameters: under bf16 DeepSpeed keeps no fp32 copy of them."""
@@ -158,7 +157,7 @@ class Checkpointer:
             return None
         weights = {**ds.consolidated_state_dict(self.dir, tag), **frozen}
         return write_export(self.run_dir / name, weights, model_cfg, data,
-                            {"run_dir": str(self.run_dir), "checkpoint": tag, "git": git_commit(), **info})
+                            {"run_dir": str(self.run_dir), "checkpoint": tag, "git": git_commit(), **info}, manifest)
 
     def best_so_far(self, metric: str, step: int) -> float | None:
         """The best value of ``metric`` that ``export-best/`` holds, if it was chosen by that metric

@@ -14,6 +14,10 @@ import torch
 from cll_scale.core.settings import setting
 from cll_scale.data.manifest import SUPERVISED, ZERO_SHOT
 from cll_scale.data.stream import Batch, eval_batches
+from cll_scale.evaluation.evaluator import score_model
+from cll_scale.evaluation.testsets import pairs_from_shards
+from cll_scale.evaluation.translator import TranslateConfig, Translator
+from cll_scale.model.decoding import DecodeConfig
 from cll_scale.model.model import label_smoothed_loss
 from cll_scale.training import collectives
 
@@ -49,8 +53,7 @@ class ValidResult:
 
 
 class Validator:
-    Config = ValidConfig
-
+    """Validation of a training run on the shards' ``valid`` split, every ``every`` steps (all ranks)."""
     def __init__(self, cfg: ValidConfig, data: str, stream_cfg, manifest, rank: int, world: int, device,
                  best: float | None):
         """``data``: the shard directory; ``best``: the best value of ``cfg.best_metric`` so far
@@ -113,9 +116,9 @@ class Validator:
         dev set of a few thousand rows, and keeps lines in its own range)."""
         max_tokens, tag, n = self.stream_cfg.max_tokens, self.stream_cfg.add_lang_tag, self.cfg.max_sentences
         if not n:
-            return eval_batches(self.data, self.split, direction, max_tokens, self.rank, self.world, tag)
+            return eval_batches(self.data, self.split, direction, max_tokens, self.rank, self.world, tag, self.manifest)
         first, last = self.rank * n // self.world, (self.rank + 1) * n // self.world
-        return lines_between(eval_batches(self.data, self.split, direction, max_tokens, 0, 1, tag),
+        return lines_between(eval_batches(self.data, self.split, direction, max_tokens, 0, 1, tag, self.manifest),
                              first, last, pad, max_tokens)
 
     def _decode(self, model) -> tuple[dict[str, float], dict[str, dict]]:
@@ -124,13 +127,9 @@ class Validator:
         Returns the averages and each direction's BLEU and off-target rate."""
         scores, by_direction = {}, {}
         if self.rank == 0:
-            from cll_scale.model.decoding import DecodeConfig
-            from cll_scale.evaluation.evaluator import score_model
-            from cll_scale.evaluation.testsets import pairs_from_shards
-            from cll_scale.evaluation.translator import TranslateConfig, Translator
             tr = Translator(model, self.manifest, Path(self.data) / self.manifest.tokenizer.file,
                             TranslateConfig(DecodeConfig(beam=1)), lang_tag=self.stream_cfg.add_lang_tag)
-            ev = score_model(tr, pairs_from_shards(self.data, self.split),
+            ev = score_model(tr, pairs_from_shards(self.data, self.split, self.manifest),
                              max_sentences=self.cfg.decode_sentences, log=lambda s: None)
             means = {"valid_bleu": ev.mean(SUPERVISED, "bleu"), "valid_zero_shot_bleu": ev.mean(ZERO_SHOT, "bleu"),
                      "valid_zero_shot_offtarget": ev.mean(ZERO_SHOT, "off_target_restricted"),
