@@ -84,7 +84,7 @@ def evaluate_cli(args) -> int:
                              lid=args.lid, pool=pool, hyps_out=out / "hyps", omit_lang_tag=args.omit_lang_tag)
         table = write_report(report, out)
     print(table)
-    print(f"BLEU signature: {report['bleu_signature']}")
+    print(f"BLEU signature: {report.bleu_signature}")
     return 0
 
 

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.evaluation.report import markdown  # noqa: E402
-from cll_scale.evaluation.scoring import DirectionResult, averages  # noqa: E402
+from cll_scale.evaluation.report import EvalReport, markdown  # noqa: E402
+from cll_scale.evaluation.scoring import averages  # noqa: E402
 from cll_scale.core.outputs import write_atomic  # noqa: E402
 from cll_scale.training.rundir import chosen_export  # noqa: E402
 from cll_scale.core.hardware import hardware  # noqa: E402
@@ -72,18 +72,19 @@ def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path, summ
             merged["models"][f"{variant}{rename.get(name, ' ' + name)}"] = result
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "results.json", json.dumps(merged, indent=1, ensure_ascii=False))
-    return [*([summary(merged)] if summary else []), markdown(merged), *plot_links(merged, out)]
+    report = EvalReport.from_json(merged)
+    return [*([summary(report)] if summary else []), markdown(report), *plot_links(report, out)]
 
 
-def extension_summary(report: dict, lang: str) -> str:
+def extension_summary(report: EvalReport, lang: str) -> str:
     """Paper §4.4 asks two things of an extension: does the new language work, supervised and
     zero-shot, and do the old directions keep their quality? The generic summary cannot say: its
     averages mix old and new directions for the extended models and not for the originals."""
     head = ["old supervised BLEU", "old zero-shot BLEU", "old zero-shot off-target", f"supervised with {lang} BLEU",
             f"zero-shot with {lang} BLEU", f"zero-shot with {lang} off-target"]
     lines = ["| model | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
-    for name, result in report["models"].items():
-        rows = [DirectionResult(**d) for d in result["directions"]]
+    for name, entry in report.models.items():
+        rows = entry.directions
         cells = []
         for new in (False, True):
             groups = averages([r for r in rows if (lang in r.direction.split("-")) == new], None)

@@ -63,7 +63,7 @@ def test_omitting_the_tag_changes_the_input_ids_and_is_an_evaluation_entry(tiny_
     logs = []
     entries = evaluate_entries(tr, "m", pairs, ["en-de"], max_sentences=3, omit_lang_tag=True, log=logs.append)
     assert set(entries) == {"m", "m" + TAG_OMITTED}
-    assert entries["m"]["lang_tag"] is True and entries["m" + TAG_OMITTED]["lang_tag"] is False
+    assert entries["m"].lang_tag is True and entries["m" + TAG_OMITTED].lang_tag is False
     tagless = evaluate_entries(Translator.load(tagless_export), "n", pairs, ["en-de"], max_sentences=3,
                                omit_lang_tag=True, log=logs.append)
     assert set(tagless) == {"n"} and any("trained without language tags" in line for line in logs)

@@ -137,11 +137,13 @@ def test_extension_summary_keeps_old_and_new_directions_apart():
     evaluated on the old directions only gets dashes, not averages of nothing."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from results import extension_summary
+
+    from cll_scale.evaluation.report import EvalReport
     report = json.loads((ROOT / "docs" / "results" / "triangle" / "test_2016_flickr.json").read_text())
     full = report["models"]["fcll"]
     by = {d["direction"]: d for d in full["directions"]}
     old_only = {**full, "directions": [by["de-fr"], by["fr-de"]]}
-    table = extension_summary({**report, "models": {"original": old_only, "+cs": full}}, "cs")
+    table = extension_summary(EvalReport.from_json({**report, "models": {"original": old_only, "+cs": full}}), "cs")
     head, _, original, extended = table.strip().split("\n")
     assert head.count("|") == 8 and "zero-shot with cs off-target" in head
     mean = lambda *ds: sum(by[d]["bleu"] for d in ds) / len(ds)   # noqa: E731

@@ -194,11 +194,14 @@ def test_bleu_offtarget_figure_stays_readable_at_opus100_size(tmp_path):
     """218 directions (OPUS-100's test set): the figure stops widening at 40 inches; 6 keep 0.9 each."""
     import struct
     from cll_scale.evaluation.plots import plot_bleu_offtarget
+    from cll_scale.evaluation.report import EvalReport, ModelEntry
+    from cll_scale.evaluation.scoring import DirectionResult
 
     def width(n: int) -> int:
-        dirs = [{"direction": f"en-x{i:03d}", "kind": "zero-shot" if i % 7 == 0 else "supervised",
-                 "bleu": float(i % 30), "off_target_restricted": float(i % 100)} for i in range(n)]
-        png = plot_bleu_offtarget({"models": {"fcll": {"directions": dirs}}}, tmp_path / f"{n}.png")
+        dirs = [DirectionResult(f"en-x{i:03d}", "zero-shot" if i % 7 == 0 else "supervised", 10, float(i % 30), 0.0,
+                                0.0, float(i % 100), 0.0, 0.0) for i in range(n)]
+        fcll = ModelEntry(dirs, {}, {}, None, True, ["langdetect"], {}, {}, [])
+        png = plot_bleu_offtarget(EvalReport("opus-100", 5, ["langdetect"], {"fcll": fcll}), tmp_path / f"{n}.png")
         return struct.unpack(">I", png.read_bytes()[16:20])[0]       # the PNG header's width
     assert width(6) == 600 and width(218) == 4000
 

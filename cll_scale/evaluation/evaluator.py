@@ -8,14 +8,14 @@ import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from cll_scale.core.outputs import write_atomic
 from cll_scale.data.languages import Direction
-from cll_scale.evaluation.report import summarize
+from cll_scale.evaluation.report import EvalReport, ModelEntry, summarize
 from cll_scale.evaluation.scoring import DirectionResult, ScoreJob, averages, score_job
 from cll_scale.evaluation.translator import Translator
 
@@ -61,15 +61,15 @@ class Evaluation:
         return sum(values) / len(values) if values and None not in values else None
 
 
-def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]], *args, **kwargs) -> dict:
-    """:func:`score_model` (same arguments) as the JSON report cll-eval writes."""
+def evaluate_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]], *args, **kwargs
+                   ) -> ModelEntry:
+    """:func:`score_model` (same arguments) as the model's entry of a report."""
     ev = score_model(translator, pairs, *args, **kwargs)
-    return {"directions": [asdict(r) for r in ev.results],
-            "averages": averages(ev.results, translator.manifest.central_language),
-            "skipped": ev.skipped, "bleu_signature": ev.signature, "use_lsl": ev.use_lsl,
-            "lang_tag": translator.lang_tag and not ev.omit_tag, "lid": list(ev.lid),
-            "timing": ev.timing, "t_weights": translator.model.t_weights(),
-            "cll_layers": sorted(i + 1 for i in translator.model.cfg.cll_layers)}   # 1-based, as in the paper
+    central = translator.manifest.central_language
+    return ModelEntry(ev.results, averages(ev.results, central), ev.skipped, ev.signature, ev.use_lsl, list(ev.lid),
+                      ev.timing, translator.model.t_weights(),
+                      sorted(i + 1 for i in translator.model.cfg.cll_layers),   # 1-based, as in the paper
+                      lang_tag=translator.lang_tag and not ev.omit_tag, central_language=central)
 
 
 def score_model(translator: Translator, pairs: dict[str, tuple[list[str], list[str]]],
@@ -143,13 +143,13 @@ def select_directions(pairs: dict, directions: list[str] | None, where: str) -> 
 def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str], list[str]]], test_set: str,
             beam: int, directions: list[str] | None = None, max_sentences: int = 0, ablate_lsl: bool = False,
             log=print, lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
-            hyps_out: str | Path | None = None, omit_lang_tag: bool = False) -> dict:
+            hyps_out: str | Path | None = None, omit_lang_tag: bool = False) -> EvalReport:
     """Evaluate several models on the same pairs: the report behind every table of the project.
     Scoring goes to ``pool`` (:func:`cll_scale.evaluation.pool.lid_pool`; inline without one); ``hyps_out`` gets
     ``<model>/<setting>/<direction>.txt``. See :func:`cll_scale.evaluation.report.summarize` for the cross-model part."""
     directions = select_directions(pairs, directions, test_set)
     check_file_names(translators)
-    entries: dict[str, dict] = {}
+    entries: dict[str, ModelEntry] = {}
     for name, tr in translators.items():
         entries.update(evaluate_entries(tr, name, pairs, directions, max_sentences, ablate_lsl, log, lid, pool,
                                         hyps_out, omit_lang_tag))
@@ -159,7 +159,7 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
 def evaluate_entries(translator: Translator, name: str, pairs: dict[str, tuple[list[str], list[str]]],
                      directions: list[str] | None, max_sentences: int = 0, ablate_lsl: bool = False, log=print,
                      lid: tuple[str, ...] = ("langdetect",), pool: Executor | None = None,
-                     hyps_out: str | Path | None = None, omit_lang_tag: bool = False) -> dict[str, dict]:
+                     hyps_out: str | Path | None = None, omit_lang_tag: bool = False) -> dict[str, ModelEntry]:
     """One model's report entries: ``name``; ``name (LSL off)`` with ``ablate_lsl`` where the
     model has LSLs (paper Tables 9-10); ``name (tag omitted)`` with ``omit_lang_tag`` where the
     model was trained with language tags (Table 8). Each entry records its model's central
@@ -177,5 +177,4 @@ def evaluate_entries(translator: Translator, name: str, pairs: dict[str, tuple[l
         hyps_dir = Path(hyps_out) / file_name(name) / setting if hyps_out else None
         entries[entry] = evaluate_model(translator, pairs, directions, use_lsl, max_sentences, log=log,
                                         lid=lid, pool=pool, hyps_dir=hyps_dir, name=entry, omit_tag=omit_tag)
-        entries[entry]["central_language"] = translator.manifest.central_language
     return entries

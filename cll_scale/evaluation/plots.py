@@ -47,21 +47,22 @@ def plot_training_curves(rows: list[dict], title: str, out_png: str | Path) -> P
     return _save(plt, fig, out_png)
 
 
-def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
-    """Per direction: BLEU and off-target rate (restricted) of each model, side by side."""
+def plot_bleu_offtarget(report, out_png: str | Path) -> Path:
+    """Per direction: BLEU and off-target rate (restricted) of each model of ``report`` (an
+    :class:`cll_scale.evaluation.report.EvalReport`), side by side."""
     plt = _pyplot()
-    models = report["models"]
-    directions = sorted({d["direction"] for r in models.values() for d in r["directions"]})
+    models = report.models
+    directions = sorted({d.direction for e in models.values() for d in e.directions})
     # OPUS-100 has 218 test directions: past 40 the figure stops widening and the labels turn.
     many = len(directions) > 40
     fig, axes = plt.subplots(2, 1, figsize=(min(40, max(6, len(directions) * 0.9)), 7), sharex=True)
     width = 0.8 / max(1, len(models))
-    for i, (name, r) in enumerate(models.items()):
-        by = {d["direction"]: d for d in r["directions"]}
+    for i, (name, e) in enumerate(models.items()):
+        by = {d.direction: d for d in e.directions}
         xs = [j + i * width for j in range(len(directions))]
-        axes[0].bar(xs, [by[d]["bleu"] if d in by else 0 for d in directions], width, label=name)
-        axes[1].bar(xs, [by[d]["off_target_restricted"] if d in by else 0 for d in directions], width, label=name)
-    kinds = {d["direction"]: d["kind"] for r in models.values() for d in r["directions"]}
+        axes[0].bar(xs, [by[d].bleu if d in by else 0 for d in directions], width, label=name)
+        axes[1].bar(xs, [by[d].off_target_restricted if d in by else 0 for d in directions], width, label=name)
+    kinds = {d.direction: d.kind for e in models.values() for d in e.directions}
     axes[1].set_xticks([j + 0.4 - width / 2 for j in range(len(directions))])
     zs = {d: kinds[d] == "zero-shot" for d in directions}
     if many:
@@ -76,18 +77,18 @@ def plot_bleu_offtarget(report: dict, out_png: str | Path) -> Path:
     return _save(plt, fig, out_png)
 
 
-def plot_t_weights(report: dict, out_png: str | Path) -> Path | None:
-    """Learned t_l per language and CLL layer for each model (paper Fig. 6)."""
+def plot_t_weights(report, out_png: str | Path) -> Path | None:
+    """Learned t_l per language and CLL layer for each model of ``report`` (paper Fig. 6)."""
     # Baseline has no CLL layer; an LSL-off evaluation repeats its model's t_l.
-    models = {k: r for k, r in report["models"].items() if r["cll_layers"] and r["use_lsl"]}
+    models = {k: e for k, e in report.models.items() if e.cll_layers and e.use_lsl}
     if not models:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.5), squeeze=False)
-    for ax, (name, r) in zip(axes[0], models.items()):
-        for lang, values in r["t_weights"].items():
-            ax.plot(r["cll_layers"], values, "o-", label=lang)
-        ax.set_xticks(r["cll_layers"])
+    for ax, (name, e) in zip(axes[0], models.items()):
+        for lang, values in e.t_weights.items():
+            ax.plot(e.cll_layers, values, "o-", label=lang)
+        ax.set_xticks(e.cll_layers)
         ax.set_title(name)
         ax.set_xlabel("decoder layer")
         ax.set_ylabel("t_l")
@@ -167,14 +168,14 @@ def plot_attention(cases: dict[str, dict], kind: str, out_png: str | Path) -> Pa
     return _save(plt, fig, out_png)
 
 
-def plot_cll_layers(report: dict, out_png: str | Path) -> Path | None:
+def plot_cll_layers(report, out_png: str | Path) -> Path | None:
     """Zero-shot and supervised BLEU against the number of CLL layers (paper Fig. 4), from a
     ``cll-repro --cll-layers`` report: one line per variant and side the layers were removed from
     (the set of every layer ends both), seeds averaged."""
-    points: dict[tuple[str, tuple[int, ...]], list[dict]] = {}
-    for name, entry in report["models"].items():
-        if " cll" in name and entry["use_lsl"] and entry.get("lang_tag", True) and entry["cll_layers"]:
-            points.setdefault((name.split(" cll")[0], tuple(entry["cll_layers"])), []).append(entry["averages"])
+    points: dict[tuple[str, tuple[int, ...]], list] = {}
+    for name, entry in report.models.items():
+        if " cll" in name and entry.use_lsl and entry.tagged and entry.cll_layers:
+            points.setdefault((name.split(" cll")[0], tuple(entry.cll_layers)), []).append(entry)
     if not points:
         return None
     plt = _pyplot()
@@ -189,7 +190,7 @@ def plot_cll_layers(report: dict, out_png: str | Path) -> Path | None:
             if len(chosen) < 2:          # one point is no curve (e.g. only the top layer was kept)
                 continue
             for ax, kind in zip(axes, ("zero-shot", "supervised")):
-                ys = [sum(r[kind]["bleu"] for r in sets[x] if kind in r) / len(sets[x]) for x in chosen]
+                ys = [sum(e.average(kind, "bleu") or 0.0 for e in sets[x]) / len(sets[x]) for x in chosen]
                 ax.plot([len(x) for x in chosen], ys, "o-", label=f"{variant}, {side}")
     for ax, kind in zip(axes, ("zero-shot", "supervised")):
         ax.set_xlabel("CLL layers")

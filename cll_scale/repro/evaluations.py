@@ -11,6 +11,7 @@ from pathlib import Path
 from cll_scale.core.cli import pick_device
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.evaluation.evaluator import evaluate_entries, file_name, select_directions
+from cll_scale.evaluation.report import ModelEntry
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
@@ -57,7 +58,7 @@ class Evaluations:
         self.settings, self.shards, self.figs, self.pool = settings, shards, figs, pool
         self.device = pick_device(None)             # where every model is decoded
         self.decoding = settings.decoding()
-        self.done: dict[str, dict[str, dict]] = {}
+        self.done: dict[str, dict[str, dict[str, ModelEntry]]] = {}     # model -> split -> entries
         self.test_sets: dict[str, tuple] = {}       # read only if some model has to be decoded
 
     def test_set(self, split: str) -> tuple:
@@ -66,14 +67,14 @@ class Evaluations:
             self.test_sets[split] = pairs, select_directions(pairs, None, split)
         return self.test_sets[split]
 
-    def cached(self, name: str, run_dir: Path, split: str, key: dict) -> dict | None:
+    def cached(self, name: str, run_dir: Path, split: str, key: dict) -> dict[str, ModelEntry] | None:
         """The cached entries of ``split`` if they were decoded with ``key``; a record without
         them cannot be decoded (it has no weights) and is refused."""
         previous = cached_evaluation(self.figs, name, split)
         if previous.get("settings") == key:
             print(f"[cll-repro] {split}: {name} evaluated before with this export and these settings, "
                   f"reusing {self.figs / 'evaluated' / split / (file_name(name) + '.json')}", file=sys.stderr)
-            return previous["entries"]
+            return {entry: ModelEntry.from_json(d) for entry, d in previous["entries"].items()}
         if is_record(run_dir):
             before = {k: v for k, v in previous.get("settings", {}).items() if k != "export"}
             raise ValueError(
@@ -82,7 +83,7 @@ class Evaluations:
                 f"evaluate with the settings it was evaluated with, or move the record away to train it again")
         return None
 
-    def of(self, name: str, run_dir: Path) -> dict[str, dict]:
+    def of(self, name: str, run_dir: Path) -> dict[str, dict[str, ModelEntry]]:
         if name in self.done:
             return self.done[name]
         key = self.settings.key(run_dir)
@@ -102,6 +103,7 @@ class Evaluations:
                                              lambda m: print(m, file=sys.stderr), s.lid, self.pool,
                                              self.figs / "hyps" / split, s.omit_lang_tag)
             write_atomic(self.figs / "evaluated" / split / f"{file_name(name)}.json",
-                         json_text({"settings": key, "entries": result[split]}, indent=1, ensure_ascii=False))
+                         json_text({"settings": key, "entries": {k: e.to_json() for k, e in result[split].items()}},
+                                   indent=1, ensure_ascii=False))
         self.done[name] = result
         return result

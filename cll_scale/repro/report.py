@@ -9,7 +9,7 @@ from pathlib import Path
 from cll_scale.core.hardware import hardware
 from cll_scale.core.outputs import write_atomic
 from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED
-from cll_scale.evaluation.report import markdown
+from cll_scale.evaluation.report import EvalReport, markdown
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import last_train_row, trained_on
 from cll_scale.training.metrics import read_rows
@@ -17,7 +17,7 @@ from cll_scale.training.precision import trained_precision
 from cll_scale.training.rundir import chosen_export
 
 
-def plot_links(report: dict, figs: Path, prefix: str = "") -> list[str]:
+def plot_links(report: EvalReport, figs: Path, prefix: str = "") -> list[str]:
     """Plot one evaluation report (BLEU/off-target; learned t_l when a model has CLL layers) into
     ``figs``; returns the markdown image links, relative to the folder that holds ``figs``."""
     from cll_scale.evaluation.plots import plot_bleu_offtarget, plot_t_weights
@@ -62,7 +62,7 @@ def training_table(runs: dict[str, Path], metrics: dict[str, list[dict]], machin
     return lines
 
 
-def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, dict], budget: Budget,
+def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, EvalReport], budget: Budget,
                  command: str, out: Path, seed_groups: dict[str, list[str]] | None = None,
                  pending: tuple[str, ...] | list[str] = ()) -> Path:
     """The report of the models in ``runs``; ``pending``: the planned ones still to train, named
@@ -113,20 +113,19 @@ def mean_std(values: list[float], unit: str = "", digits: int = 2) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}{unit}"
 
 
-def seed_table(report: dict, groups: dict[str, list[str]]) -> str:
+def seed_table(report: EvalReport, groups: dict[str, list[str]]) -> str:
     """:func:`mean_std` of each variant's averages, with the LSL-off and tag-omitted rows when the
     report has them."""
     columns = [("zero-shot", "off_target", "%"), ("zero-shot", "off_target_restricted", "%"),
                ("zero-shot", "bleu", ""), ("supervised", "bleu", "")]
     lines = ["| model | seeds | zero-shot off-target (paper) | zero-shot off-target (restricted) "
              "| zero-shot BLEU | supervised BLEU |", "|---|---:|---:|---:|---:|---:|"]
-    models = report["models"]
     for variant, names in groups.items():
         for suffix in ("", LSL_OFF, TAG_OMITTED):
-            rows = [models[n + suffix]["averages"] for n in names if n + suffix in models]
+            rows = [report.models[n + suffix] for n in names if n + suffix in report.models]
             if not rows:
                 continue
-            cells = [mean_std([r[group][key] for r in rows], unit) if all(group in r for r in rows) else "–"
-                     for group, key, unit in columns]
+            cells = [mean_std([e.average(group, key) for e in rows], unit)
+                     if all(group in e.averages for e in rows) else "–" for group, key, unit in columns]
             lines.append(f"| {variant}{suffix} | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -139,7 +139,7 @@ class Reproduction:
             entries = {k: v for name in settled for k, v in done[name][split].items()}
             reports[split] = summarize(entries, f"Multi30k {split}", s.evaluation.beam, s.evaluation.lid,
                                        log=lambda m: print(m, file=sys.stderr))
-            write_atomic(self.figs / f"{split}.json", json_text(reports[split], indent=1, ensure_ascii=False))
+            write_atomic(self.figs / f"{split}.json", json_text(reports[split].to_json(), indent=1, ensure_ascii=False))
         path = write_report(s.condition, s.report_name, settled, reports, s.budget, s.command, s.out,
                             self.plan.groups if s.seeds else None, pending)
         print(f"[cll-repro] wrote {path}: {len(settled)} of {len(self.runs)} models"
