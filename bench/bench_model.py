@@ -247,7 +247,7 @@ def part_ranks(args, device):
     with tempfile.TemporaryDirectory() as tmp:
         common = ["--data", str(shards), "--preset", "small", "--max-steps", str(args.rank_steps),
                   "--set", "log.every=5", "--set", "valid.every=100000", "--set", "checkpoint.export=false",
-                  "--set", "data.max_tokens=2048", "--set", "checkpoint.every=100000"]
+                  "--set", "data.batch_tokens=2048", "--set", "checkpoint.every=100000"]
         launches = {"1 rank": [sys.executable, "-m", "cll_scale.train"],
                     "2 ranks": [str(Path(sys.executable).with_name("deepspeed")), "--num_gpus", "2",
                                 "--master_port", "29591", "--module", "cll_scale.train"]}

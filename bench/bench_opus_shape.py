@@ -89,7 +89,7 @@ STREAM = _RSS + r"""
 from cll_scale.data.stream import ShardStream, StreamConfig
 shards, seconds, max_tokens = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 imports = peak_mb()
-s = ShardStream(shards, StreamConfig(max_tokens=max_tokens, verify="none"))
+s = ShardStream(shards, StreamConfig(batch_tokens=max_tokens, verify="none"))
 next(s)
 rows = tgt = batches = 0
 t0 = time.perf_counter()
@@ -230,7 +230,7 @@ def measure_scale(scale: float, out: Path, args) -> dict:
     res = subprocess.run([sys.executable, "-m", "data_tools", "verify", str(shards)], cwd=ROOT, env=ENV,
                          capture_output=True, text=True)
     verify = {"seconds": time.perf_counter() - t0, "ok": res.returncode == 0}
-    stream = child(STREAM, shards, args.seconds, args.max_tokens)
+    stream = child(STREAM, shards, args.seconds, args.batch_tokens)
     startup = child(STARTUP, shards)
     shares = child(SHARES, shards, args.batches, args.batches_longer)
     return {"scale": scale, "shards_dir": str(shards), "synth": synth, "build": build, "verify": verify,
@@ -397,7 +397,7 @@ def train_section(shards: Path, out: Path, steps: int, ckpt: int, eval_sentences
     base = ["--data", str(shards), "--preset", "tiny", "--variant", "fcll", "--ds-config", "cpu_fp32.json",
             "--max-steps", str(steps), "--set", "log.every=1", "--set", "valid.every=100000",
             "--set", f"checkpoint.every={ckpt}", "--set", "valid.max_sentences=200",
-            "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10"]
+            "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10"]
 
     def launch(run_dir: Path, *extra) -> list[str]:
         return [DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module", "cll_scale.train",
@@ -619,7 +619,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "runs" / "opus"))
     p.add_argument("--vocab-size", type=int, default=8000, help="SentencePiece vocabulary of the builds")
     p.add_argument("--seconds", type=float, default=10.0, help="stream throughput loop")
-    p.add_argument("--max-tokens", type=int, default=4096, help="stream microbatch budget")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="stream microbatch budget")
     p.add_argument("--batches", type=int, default=2000, help="batches counted for the direction shares")
     p.add_argument("--batches-longer", type=int, default=20000, help="the same counted over more batches")
     p.add_argument("--train", action=argparse.BooleanOptionalAction, default=True,

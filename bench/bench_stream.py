@@ -36,7 +36,7 @@ cfg = ModelConfig(**PRESETS["small"], vocab_size=m.tokenizer.vocab_size, languag
                   central_language=m.central_language, variant="fcll")
 model = CLLTransformer(cfg).to(dtype).train()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-stream = ShardStream(shards, StreamConfig(max_tokens=max_tokens, seed=1, verify="none"))
+stream = ShardStream(shards, StreamConfig(batch_tokens=max_tokens, seed=1, verify="none"))
 batches = [next(stream) for _ in range(8)]
 tokens, t0 = 0, None
 for i, b in enumerate(batches):
@@ -57,7 +57,7 @@ from cll_scale.data.stream import ShardStream, StreamConfig
 proc = psutil.Process()
 shards, seconds, max_tokens = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rss_imports = proc.memory_info().rss   # python + torch + pyarrow, before any shard is opened
-stream = ShardStream(shards, StreamConfig(max_tokens=max_tokens, seed=1, verify="none"))
+stream = ShardStream(shards, StreamConfig(batch_tokens=max_tokens, seed=1, verify="none"))
 next(stream)
 rss0 = peak = proc.memory_info().rss
 rows = tgt = src = cells = pads = batches = 0
@@ -127,15 +127,15 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "bench" / "out"))
     p.add_argument("--factor", type=int, default=10)
     p.add_argument("--seconds", type=float, default=5.0, help="minimum measuring time (and >= 1 epoch)")
-    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
     base = build(args, "multi30k", Path(args.multi30k))
     synth = synthetic_corpus(Path(args.multi30k), Path(args.out) / f"synthetic-x{args.factor}-text", args.factor)
     big = build(args, f"synthetic-x{args.factor}", synth, spm_model=str(base / "spm.model"))
-    results = {"multi30k": measure(base, args.seconds, args.max_tokens),
-               f"synthetic x{args.factor}": measure(big, args.seconds, args.max_tokens)}
-    step = json.loads(subprocess.run([sys.executable, "-c", TRAIN_STEP, str(base), str(args.max_tokens)], cwd=ROOT,
+    results = {"multi30k": measure(base, args.seconds, args.batch_tokens),
+               f"synthetic x{args.factor}": measure(big, args.seconds, args.batch_tokens)}
+    step = json.loads(subprocess.run([sys.executable, "-c", TRAIN_STEP, str(base), str(args.batch_tokens)], cwd=ROOT,
                                      capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
     print(f"small FCLL training step on these batches ({step['dtype']}): {step['train_tokens_per_s']:,.0f} target tok/s")
     print(f"{'corpus':<16} {'rows':>10} {'rows/s':>10} {'tgt tok/s':>11} {'tok/s':>11} {'padding':>8} "

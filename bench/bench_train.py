@@ -2,7 +2,7 @@
 the same model, at the same batches, measured side by side in one process.
 
     python bench/bench_train.py --data data/shards/multi30k-centered              # CPU, small
-    python bench/bench_train.py --data SHARDS --device cuda --preset base --max-tokens 24000
+    python bench/bench_train.py --data SHARDS --device cuda --preset base --batch-tokens 24000
     python bench/bench_train.py --data SHARDS --only configs                       # the ZeRO table
 
 Parts:
@@ -131,7 +131,7 @@ def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | 
              "compile": compile_backend}
     optim = {"warmup_steps": 100, **({} if clip_norm is None else {"clip_norm": clip_norm})}
     recipe = {"preset": args.preset, "model": {"variant": args.variant},
-              "data": {"max_tokens": args.max_tokens, "verify": "size"}, "train": train, "optim": optim,
+              "data": {"batch_tokens": args.batch_tokens, "verify": "size"}, "train": train, "optim": optim,
               "log": {"every": args.block_steps}, "valid": {"every": 10 ** 9},
               "checkpoint": {"every": 10 ** 9, "export": False}}
     return Trainer(build_run(recipe))
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--preset", default="small")
     p.add_argument("--variant", default="fcll")
-    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--blocks", type=int, default=3)
     p.add_argument("--block-steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)

@@ -59,9 +59,9 @@ if [ "$PARTS" = all ] || [ "$PARTS" = train ]; then
   step mfu_256x64 45 $PY bench/bench_model.py "${BASE[@]}" --only mfu --json "$OUT_DIR/mfu_256x64.json"
   step mfu_512x128 45 $PY bench/bench_model.py "${BASE[@]}" --only mfu --shape 512 128 128 --json "$OUT_DIR/mfu_512x128.json"
   step fcll16 45 $PY bench/bench_model.py "${BASE[@]}" --only fcll --json "$OUT_DIR/fcll16.json"
-  step trainer 150 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only trainer \
+  step trainer 150 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --batch-tokens 24000 --only trainer \
     --compile inductor --blocks 4 --block-steps 10 --json "$OUT_DIR/trainer.json"
-  step configs 120 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --max-tokens 24000 --only configs \
+  step configs 120 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --batch-tokens 24000 --only configs \
     --blocks 2 --block-steps 10 --json "$OUT_DIR/configs.json"
   step langs 60 $PY bench/bench_train.py "${BASE[@]}" --data "$SHARDS" --only langs --blocks 3 --block-steps 10 \
     --json "$OUT_DIR/langs.json"
@@ -74,7 +74,7 @@ if [ "$PARTS" = all ] || [ "$PARTS" = decode ]; then
   RUN=/tmp/cll-gpu-eval-run
   rm -rf "$RUN"
   step train_small 90 $PY -m cll_scale.train --data "$SHARDS" --preset small --run-dir "$RUN" --max-steps 300 \
-    --set data.max_tokens=16000 --set optim.warmup_steps=100 --set valid.every=1000
+    --set data.batch_tokens=16000 --set optim.warmup_steps=100 --set valid.every=1000
   step eval_small 120 $PY -m cll_scale.evaluate --model small="$RUN/export" --data "$SHARDS" \
     --split test_2016_flickr --beam 4 --device cuda --out "$OUT_DIR/eval_small"
   [ -f "$OUT_DIR/eval_small/results.json" ] && $PY -c "import json,sys; r=json.load(open(sys.argv[1])); \

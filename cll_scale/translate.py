@@ -12,8 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, pick_device, positive_int,
-                                run)
+from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, flags_of, pick_device,
+                                positive_int, run)
 from cll_scale.core.outputs import OutputError, check_apart, check_stdin_apart, write_atomic
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", help="input file (default: standard input)")
     p.add_argument("--output", help="output file (default: standard output)")
     add_config_arguments(p, DecodeConfig)
-    p.add_argument("--max-tokens", type=positive_int, help="source tokens × beam per batch (default: 6,000 on "
+    p.add_argument(*flags_of("--beam-tokens"), dest="beam_tokens", type=positive_int, help="source tokens × beam per batch (default: 6,000 on "
                    "the CPU, 96,000 on a GPU)")
     p.add_argument("--no-lsl", action="store_true", help="switch the LSLs off (paper Table 10 ablation)")
     p.add_argument("--omit-lang-tag", action="store_true",
@@ -92,7 +92,7 @@ def translate_cli(args) -> int:
         raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
     open_streams(args)
     out = check_output_path(args.output, args.input) if args.output else None
-    cfg = TranslateConfig(config_from_args(DecodeConfig, args), max_tokens=args.max_tokens or 0)
+    cfg = TranslateConfig(config_from_args(DecodeConfig, args), beam_tokens=args.beam_tokens or 0)
     translator = Translator.load(args.model, pick_device(args.device), cfg)
     for code in filter(None, (args.src_lang, args.tgt_lang)):
         translator.check_language(code)

@@ -70,7 +70,7 @@ def tiny_export(m30k_centered, tmp_path_factory) -> Path:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
                     "--run-dir", str(run), "--max-steps", "15", "--ds-config", "cpu_fp32.json",
-                    "--set", "valid.every=1000", "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3",
+                    "--set", "valid.every=1000", "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3",
                     "--set", "optim.warmup_steps=5"], cwd=ROOT, env=env, check=True, capture_output=True)
     return run / "export"
 
@@ -89,7 +89,7 @@ def triangle_export(multi30k, tmp_path_factory) -> tuple[Path, Path]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
                           "--run-dir", str(root / "run"), "--max-steps", "3", "--ds-config", "cpu_fp32.json",
-                          "--set", "log.every=1", "--set", "valid.every=1000", "--set", "data.max_tokens=1024",
+                          "--set", "log.every=1", "--set", "valid.every=1000", "--set", "data.batch_tokens=1024",
                           "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10"],
                          cwd=ROOT, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]

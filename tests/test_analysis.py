@@ -28,7 +28,7 @@ def tagless_export(m30k_centered, tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
                     "--run-dir", str(run), "--max-steps", "6", "--ds-config", "cpu_fp32.json",
-                    "--set", "valid.every=1000", "--set", "data.max_tokens=1024",
+                    "--set", "valid.every=1000", "--set", "data.batch_tokens=1024",
                     "--set", "data.add_lang_tag=false"], cwd=ROOT, env=env, check=True, capture_output=True)
     return run / "export"
 

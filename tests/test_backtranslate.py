@@ -28,7 +28,7 @@ def small_model(small_multiway, tmp_path):
     run = tmp_path / "pretrain"
     subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
                     "--run-dir", str(run), "--max-steps", "10", "--ds-config", "cpu_fp32.json",
-                    "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
+                    "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
                    cwd=ROOT, env=ENV, check=True, capture_output=True)
     return shards, run / "export"
 
@@ -37,7 +37,7 @@ def cll_bt(shards, export, out, *extra, launcher=(sys.executable, "-m")):
     return subprocess.run([*launcher, "cll_scale.backtranslate", "--model", str(export),
                            "--data", str(shards), "--out", str(out), "--bt-langs", ",".join(BT_LANGS),
                            "--epochs", "2", "--max-rows", str(MAX_ROWS), "--ds-config", "cpu_fp32.json",
-                           "--max-tokens", "1024", "--lr", "1e-3", "--warmup-steps", "5",
+                           "--batch-tokens", "1024", "--lr", "1e-3", "--warmup-steps", "5",
                            "--eval-splits", "valid", "--eval-max-sentences", "20", "--eval-beam", "2", *extra],
                           cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
 

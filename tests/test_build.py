@@ -139,7 +139,7 @@ def test_empty_and_overlong_lines_are_filtered_and_counted(small_multiway, tmp_p
     (small_multiway / "train.en").write_text("\n".join(en) + "\n")
     (small_multiway / "train.de").write_text("\n".join(de) + "\n")
     m = build_shards(read_multiway(small_multiway, "centered"),
-                     BuildConfig(out_dir=str(tmp_path / "o"), vocab_size=1200, max_tokens=150))
+                     BuildConfig(out_dir=str(tmp_path / "o"), vocab_size=1200, max_length=150))
     train = m.splits["train"]
     assert train.filtered["en-de"] == {"empty": 2, "too_long": 1}
     assert train.filtered["de-en"] == {"empty": 2, "too_long": 1}

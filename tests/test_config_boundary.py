@@ -217,6 +217,37 @@ def test_an_old_recipe_takes_new_overrides_and_an_old_override_is_mapped(tmp_pat
         load_recipe(both)
 
 
+def test_the_names_issue_53_changed_still_work_everywhere_a_user_wrote_them(m30k_centered, tmp_path, capsys):
+    """Three settings were all called max_tokens and the run's shard directory was train.data:
+    old recipes, --set, old flags, version-1 manifests and cll-bt's old settings.json still read,
+    and a record's identity is hashed under the old names so kept records still match."""
+    import argparse
+
+    from cll_scale.core.cli import add_config_arguments
+    from cll_scale.core.compat import as_first_named, upgrade_fine_tuning_settings
+    from cll_scale.data.manifest import Manifest
+    from cll_scale.data.shards import BuildConfig
+    from cll_scale.loops.backtranslate import BTConfig
+    from cll_scale.run.recipe import apply_overrides
+    old = tmp_path / "old.yaml"
+    old.write_text("data:\n  max_tokens: 2048\ntrain:\n  data: shards/x\n")
+    recipe = apply_overrides(load_recipe(old), ["data.max_tokens=1024"])
+    assert recipe == {"data": {"batch_tokens": 1024}, "train": {"shards": "shards/x"}}
+    err = capsys.readouterr().err
+    assert "data.max_tokens -> data.batch_tokens" in err and "--set data.max_tokens is now data.batch_tokens" in err
+    assert as_first_named(recipe) == {"data": {"max_tokens": 1024}, "train": {"data": "shards/x"}}
+    for cls, field, more in ((BuildConfig, "max_length", ["--out", "o"]),
+                             (BTConfig, "batch_tokens", ["--model", "m", "--data", "d", "--out", "o"])):
+        parser = argparse.ArgumentParser()
+        add_config_arguments(parser, cls)
+        assert getattr(parser.parse_args(["--max-tokens", "77", *more]), field) == 77, cls
+    now = json.loads((m30k_centered / "manifest.json").read_text())
+    assert now["schema_version"] == 2 and "max_length" in now
+    v1 = {**{("max_tokens" if k == "max_length" else k): v for k, v in now.items()}, "schema_version": 1}
+    assert Manifest.from_json(v1).max_length == now["max_length"]
+    assert upgrade_fine_tuning_settings({"max_tokens": 512, "epochs": 2}) == {"batch_tokens": 512, "epochs": 2}
+
+
 # -- issue 51, class A: a flag's value is read by its setting's type, never a path as YAML --------
 
 @pytest.mark.parametrize("flag, value", [
@@ -229,7 +260,8 @@ def test_an_old_recipe_takes_new_overrides_and_an_old_override_is_mapped(tmp_pat
 def test_a_path_flag_is_taken_as_typed(flag, value):
     from cll_scale.train import build_parser, recipe_from_args
     recipe = recipe_from_args(build_parser().parse_args(["--preset", "tiny", flag, value]))
-    assert build_section("train", recipe["train"]).__dict__[flag[2:].replace("-", "_")] == value
+    field = {"--run-dir": "run_dir", "--data": "shards"}[flag]
+    assert getattr(build_section("train", recipe["train"]), field) == value
 
 
 @pytest.mark.parametrize("override, key, expected", [         # finding 9: strings iterated

@@ -33,7 +33,7 @@ def pretrained(multi30k, tmp_path_factory):
     run = tmp / "pretrain"
     subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
                     "--run-dir", str(run), "--max-steps", "12", "--ds-config", "cpu_fp32.json",
-                    "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
+                    "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
                    cwd=ROOT, env=ENV, check=True, capture_output=True)
     return corpus, shards, run / "export"
 
@@ -42,7 +42,7 @@ def cll_extend(corpus, shards, export, out, *extra):
     return subprocess.run([sys.executable, "-m", "cll_scale.extend", "--model", str(export), "--data", str(shards),
                            "--lang", "cs", "--corpus", str(corpus), "--pairs", "en-cs,cs-en", "--max-pairs", "200",
                            "--vocab-size", "600", "--out", str(out), "--max-steps", "8", "--ds-config", "cpu_fp32.json",
-                           "--max-tokens", "1024", "--eval-splits", "test_2016_flickr", "--eval-max-sentences", "10",
+                           "--batch-tokens", "1024", "--eval-splits", "test_2016_flickr", "--eval-max-sentences", "10",
                            "--eval-beam", "2",
                            *extra], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
 

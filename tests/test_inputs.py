@@ -33,7 +33,7 @@ def test_the_stream_and_the_translator_give_the_model_the_same_source(m30k_cente
     direction = "en-de"
     table = manifest.read_direction(m30k_centered, split, direction, ["src_text", "line"])
     text_of = dict(zip(table.column("line").to_pylist(), table.column("src_text").to_pylist()))
-    batch = next(iter(eval_batches(m30k_centered, split, direction, max_tokens=512, manifest=manifest)))
+    batch = next(iter(eval_batches(m30k_centered, split, direction, batch_tokens=512, manifest=manifest)))
     checked = 0
     for row, line in zip(batch.src_tokens.tolist(), batch.lines.tolist()):
         encoded = translator.encode(text_of[line], "de")

@@ -41,7 +41,7 @@ def test_fine_tuning_arguments_are_checked_before_any_work(tiny_export, m30k_cen
     out = tmp_path / "bt"
     base = ["cll_scale.backtranslate", "--model", tiny_export, "--data", m30k_centered, "--out", out]
     for extra, needle in ((["--eval-splits", "nosuch"], "--eval-splits nosuch: "),
-                          (["--max-tokens", "5"], "--max-tokens 5 cannot hold the longest pair"),
+                          (["--max-tokens", "5"], "--batch-tokens 5 cannot hold the longest pair"),
                           (["--lr", "inf"], "--lr: inf: expected a finite number")):
         res = cli(*base, *extra, timeout=120)
         assert res.returncode == EXIT_INPUT and needle in res.stderr, res.stderr[-2000:]

@@ -23,7 +23,7 @@ def test_dry_run_prints_consistent_figures_and_leaves_the_run_dir_alone(m30k_cen
     tmp.mkdir()
     res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
                           "--run-dir", str(run), "--max-steps", "100", "--ds-config", "cpu_fp32.json",
-                          "--set", "data.max_tokens=1024", "--dry-run", "--dry-run-steps", "3"],
+                          "--set", "data.batch_tokens=1024", "--dry-run", "--dry-run-steps", "3"],
                          cwd=ROOT, env=dict(ENV, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     r = json.loads(res.stdout.strip().splitlines()[-1])["dry_run"]
@@ -100,7 +100,7 @@ def check_first_sentences(m, model, engine, shards, n=12):
     from cll_scale.model.model import label_smoothed_loss
     from cll_scale.data.stream import StreamConfig, eval_batches
     from cll_scale.training.validator import ValidConfig, Validator, lines_between
-    validator = Validator(ValidConfig(max_sentences=n), str(shards), StreamConfig(max_tokens=1024), m, 0, 1,
+    validator = Validator(ValidConfig(max_sentences=n), str(shards), StreamConfig(batch_tokens=1024), m, 0, 1,
                           torch.device("cpu"), None)
     record = validator.run(engine, 1).record
     assert len(record["valid_by_direction"]) == len(m.splits["valid"].directions())

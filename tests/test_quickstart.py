@@ -14,7 +14,7 @@ from tests.test_train import ENV
 def test_the_quickstart_script_ends_with_its_summary(multi30k, tmp_path):
     env = {**ENV, "MULTI30K": str(multi30k), "QUICKSTART_SHARDS": str(tmp_path / "shards"),
            "QUICKSTART_RUNS": str(tmp_path / "qs"), "QUICKSTART_STEPS": "3", "QUICKSTART_SENTENCES": "4",
-           "QUICKSTART_ARGS": "--set preset=tiny --set data.max_tokens=1024 --beam 1 --precision fp32"}
+           "QUICKSTART_ARGS": "--set preset=tiny --set data.batch_tokens=1024 --beam 1 --precision fp32"}
     env.pop("OMP_NUM_THREADS", None)          # the script picks the threads itself
     run = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=900)

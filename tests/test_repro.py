@@ -23,7 +23,7 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
             "--seeds", "1,2", "--parallel", "2",
             "--minutes-per-model", "0.05", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
             "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
-            "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
+            "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.batch_tokens=1024",
             "--set", "valid.every=5", "--set", "valid.decode_sentences=3", "--precision", "fp32"]
     first = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -162,7 +162,7 @@ def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_pa
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
             "--parallel", "2", "--minutes-per-model", "10", "--multi30k", str(multi30k),
             "--shards-root", str(tmp_path / "shards"), "--runs-root", str(runs), "--out", str(tmp_path / "results"),
-            "--set", "preset=tiny", "--set", "data.max_tokens=1024", "--set", "train.ds_config=cpu_fp32.json",
+            "--set", "preset=tiny", "--set", "data.batch_tokens=1024", "--set", "train.ds_config=cpu_fp32.json",
             "--set", "valid.every=100000"]
     proc = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = [runs / f"multi30k-triangle-{v}" / "metrics.jsonl" for v in ("baseline", "fcll")]
@@ -463,7 +463,7 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
         post, pre = resolved[f"{variant}_postnorm"], resolved[variant]
         assert (post.model.pre_norm, pre.model.pre_norm) == (False, True)
         assert dataclasses.replace(post.model, pre_norm=True) == pre.model and post.data == pre.data
-    assert len({(c.optim.lr, c.optim.warmup_steps, c.train.seed, c.data.seed, c.data.max_tokens)
+    assert len({(c.optim.lr, c.optim.warmup_steps, c.train.seed, c.data.seed, c.data.batch_tokens)
                 for c in resolved.values()}) == 1
 
 
@@ -481,9 +481,9 @@ def test_the_quickstart_recipes_are_the_diagnostics_with_a_faster_schedule():
     for variant, path in quick.items():
         q = build_configs(load_recipe(path), ["de", "fr", "cs"], None, tok)
         d = build_configs(load_recipe(diagnostics[variant]), ["de", "fr", "cs"], None, tok)
-        assert (q.data.max_tokens, q.optim.warmup_steps, q.valid.decode_sentences) == (2048, 200, 0)
+        assert (q.data.batch_tokens, q.optim.warmup_steps, q.valid.decode_sentences) == (2048, 200, 0)
         assert q.model == d.model and q.optim.lr == d.optim.lr and q.train.seed == d.train.seed
-        assert dataclasses.replace(q.data, max_tokens=d.data.max_tokens) == d.data
+        assert dataclasses.replace(q.data, batch_tokens=d.data.batch_tokens) == d.data
         assert q.train.run_dir.endswith(f"multi30k-triangle-quickstart-{variant}")
 
 
@@ -584,7 +584,7 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
             "--cll-layers", "sweep", "--steps-per-model", "4", "--multi30k", str(multi30k),
             "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
             "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr", "--max-sentences", "3",
-            "--beam", "1", "--set", "preset=tiny", "--set", "data.max_tokens=1024",
+            "--beam", "1", "--set", "preset=tiny", "--set", "data.batch_tokens=1024",
             "--set", "valid.every=1000", "--precision", "bf16"]
     done = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -28,7 +28,7 @@ def digest(batch) -> str:
 
 def test_one_direction_batches_are_language_grouped_within_budget(m30k_centered):
     m = Manifest.load(m30k_centered)
-    stream = ShardStream(m30k_centered, StreamConfig(max_tokens=2048, seed=5, mixing="direction"))
+    stream = ShardStream(m30k_centered, StreamConfig(batch_tokens=2048, seed=5, mixing="direction"))
     pad = total = 0
     seen = Counter()
     for batch in itertools.islice(stream, 300):
@@ -51,7 +51,7 @@ def test_one_direction_batches_are_language_grouped_within_budget(m30k_centered)
 
 def test_mixed_batches_hold_many_directions_ordered_by_target_language(m30k_centered):
     m = Manifest.load(m30k_centered)
-    stream = ShardStream(m30k_centered, StreamConfig(max_tokens=2048, seed=5))
+    stream = ShardStream(m30k_centered, StreamConfig(batch_tokens=2048, seed=5))
     assert stream.cfg.mixing == "mixed"                 # the default (issue 34)
     supervised = {(m.lang_id(d.split("-")[0]), m.lang_id(d.split("-")[1])) for d in m.supervised}
     tag_of = {m.lang_id(x): i for x, i in m.tokenizer.lang_tag_ids.items()}
@@ -103,7 +103,7 @@ def test_pool_rows_bound_the_pooled_rows_of_all_directions(m30k_centered):
     n_dirs = len(m.splits["train"].directions())
     assert ShardStream(m30k_centered).pool_blocks == 8            # the default budget: pool_blocks rules
     for budget, k in ((n_dirs * 3 * m.block_rows, 3), (n_dirs * 3 * m.block_rows - 1, 2), (1, 1)):
-        stream = ShardStream(m30k_centered, StreamConfig(pool_rows=budget, max_tokens=1024, mixing="direction"))
+        stream = ShardStream(m30k_centered, StreamConfig(pool_rows=budget, batch_tokens=1024, mixing="direction"))
         assert stream.pool_blocks == k
         peak = 0
         for _ in range(600):
@@ -114,10 +114,10 @@ def test_pool_rows_bound_the_pooled_rows_of_all_directions(m30k_centered):
 
 
 def test_same_seed_same_stream_and_epochs_reshuffle(m30k_centered):
-    cfg = StreamConfig(seed=11, max_tokens=1024)
+    cfg = StreamConfig(seed=11, batch_tokens=1024)
     a = [digest(b) for b in itertools.islice(ShardStream(m30k_centered, cfg), 40)]
     b = [digest(b) for b in itertools.islice(ShardStream(m30k_centered, cfg), 40)]
-    c = [digest(b) for b in itertools.islice(ShardStream(m30k_centered, StreamConfig(seed=12, max_tokens=1024)), 40)]
+    c = [digest(b) for b in itertools.islice(ShardStream(m30k_centered, StreamConfig(seed=12, batch_tokens=1024)), 40)]
     assert a == b and a != c
     one = ShardStream(m30k_centered, StreamConfig(directions=["en-fr"], pool_blocks=64, mixing="direction"))
     first = [b.lines.tolist() for b in itertools.islice(one, 5)]
@@ -137,11 +137,11 @@ def test_temperature_sampling_over_directions(multi30k, tmp_path):
     name = {(m.lang_id(d.split("-")[0]), m.lang_id(d.split("-")[1])): d for d in m.supervised}
     for temperature, expect in ((1.0, {"de-en": 0.4, "en-de": 0.4, "en-fr": 0.1, "fr-en": 0.1}),
                                 (1e9, {"de-en": 0.25, "en-de": 0.25, "en-fr": 0.25, "fr-en": 0.25})):
-        stream = ShardStream(out, StreamConfig(temperature=temperature, max_tokens=512, mixing="direction"))
+        stream = ShardStream(out, StreamConfig(temperature=temperature, batch_tokens=512, mixing="direction"))
         counts = Counter(b.direction for b in itertools.islice(stream, 4000))
         for d, p in expect.items():           # batches of one direction: 4,000 draws, sd <= 0.008
             assert abs(counts[d] / 4000 - p) < 0.03, (temperature, counts)
-        stream = ShardStream(out, StreamConfig(temperature=temperature, max_tokens=512, mix_rows=1000))
+        stream = ShardStream(out, StreamConfig(temperature=temperature, batch_tokens=512, mix_rows=1000))
         rows = Counter()
         while stream.mix[0] < 20:             # 20 whole mixed pools: 20,000 rows, sd <= 0.0035
             batch = next(stream)
@@ -157,7 +157,7 @@ import json, sys, itertools, hashlib
 from cll_scale.data.stream import ShardStream, StreamConfig
 from tests.test_stream import digest
 shards, state_file, mode, n, mixing = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
-stream = ShardStream(shards, StreamConfig(seed=3, max_tokens=1024, pool_blocks=2, mix_rows=2000, mixing=mixing),
+stream = ShardStream(shards, StreamConfig(seed=3, batch_tokens=1024, pool_blocks=2, mix_rows=2000, mixing=mixing),
                      rank=1, world_size=2)
 if mode == "resume":
     stream.load_state_dict(json.load(open(state_file)))
@@ -176,7 +176,7 @@ def resume_in_new_processes(shards, state, mixing):
     saved = json.loads(state.read_text())
     assert saved["step"] == 150 and saved["rank"] == 1 and saved["world_size"] == 2
     rest = run("resume", 120)
-    stream = ShardStream(shards, StreamConfig(seed=3, max_tokens=1024, pool_blocks=2, mix_rows=2000, mixing=mixing),
+    stream = ShardStream(shards, StreamConfig(seed=3, batch_tokens=1024, pool_blocks=2, mix_rows=2000, mixing=mixing),
                          rank=1, world_size=2)
     uninterrupted = [digest(b) for b in itertools.islice(stream, 270)]
     assert first + rest == uninterrupted
@@ -201,20 +201,20 @@ def test_exact_resume_of_mixed_batches_in_a_new_process(m30k_centered, tmp_path)
 def test_exact_resume_in_a_new_process(m30k_centered, tmp_path):
     saved = resume_in_new_processes(m30k_centered, tmp_path / "state.json", "direction")
     # A state from another world size is refused unless asked for the approximate resume.
-    other = ShardStream(m30k_centered, StreamConfig(seed=3, max_tokens=1024, pool_blocks=2, mixing="direction"))
+    other = ShardStream(m30k_centered, StreamConfig(seed=3, batch_tokens=1024, pool_blocks=2, mixing="direction"))
     with pytest.raises(ValueError, match="rank 1 of 2"):
         other.load_state_dict(saved)
     other.load_state_dict(saved, strict_world=False)
     assert other.step == 150 and all(c[2] == 0 for c in other.cursor)
     # With another pool size too, each direction restarts at the pool holding its saved pool's first block.
     saved["cursor"][0][1] = 5          # blocks 10 and 11 of its epoch's order: pool 2 of 4-block pools
-    bigger = ShardStream(m30k_centered, StreamConfig(seed=3, max_tokens=1024, pool_blocks=4, mixing="direction"))
+    bigger = ShardStream(m30k_centered, StreamConfig(seed=3, batch_tokens=1024, pool_blocks=4, mixing="direction"))
     bigger.load_state_dict(saved, strict_world=False)
     assert [c[:2] for c in bigger.cursor] == [[e, p * 2 // 4] for e, p, _ in saved["cursor"]]
     assert bigger.cursor[0][1] == 2
     saved["pool_blocks"] = 3
     with pytest.raises(ValueError, match="3 blocks per pool"):
-        ShardStream(m30k_centered, StreamConfig(seed=3, max_tokens=1024, pool_blocks=2, mixing="direction"), rank=1,
+        ShardStream(m30k_centered, StreamConfig(seed=3, batch_tokens=1024, pool_blocks=2, mixing="direction"), rank=1,
                     world_size=2).load_state_dict(saved)
 
 
@@ -223,7 +223,7 @@ def test_eval_batches_cover_each_row_once(m30k_centered):
     parts = []
     for rank in range(3):
         lines = []
-        for batch in eval_batches(m30k_centered, "valid", "fr-de", max_tokens=700, rank=rank, world_size=3):
+        for batch in eval_batches(m30k_centered, "valid", "fr-de", batch_tokens=700, rank=rank, world_size=3):
             assert (batch.tgt_lang == m.lang_id("de")).all()
             lines += batch.lines.tolist()
         parts.append(lines)
@@ -233,7 +233,7 @@ def test_eval_batches_cover_each_row_once(m30k_centered):
 
 def test_stream_refuses_bad_settings_and_damaged_shards(m30k_centered, tmp_path):
     with pytest.raises(ValueError, match="cannot hold the longest pair"):
-        ShardStream(m30k_centered, StreamConfig(max_tokens=100))
+        ShardStream(m30k_centered, StreamConfig(batch_tokens=100))
     with pytest.raises(ManifestError, match="no direction de-fr"):
         ShardStream(m30k_centered, StreamConfig(directions=["de-fr"]))
     import shutil
@@ -271,7 +271,7 @@ def test_a_direction_listed_twice_and_mix_directions_without_mixing_are_refused(
 
 def test_mix_directions_bounds_the_directions_of_a_mixed_pool(m30k_centered):
     m = Manifest.load(m30k_centered)
-    stream = ShardStream(m30k_centered, StreamConfig(mix_rows=600, mix_directions=2, max_tokens=2048))
+    stream = ShardStream(m30k_centered, StreamConfig(mix_rows=600, mix_directions=2, batch_tokens=2048))
     pools = {}
     while stream.mix[0] < 200:
         batch = next(stream)
@@ -281,4 +281,4 @@ def test_mix_directions_bounds_the_directions_of_a_mixed_pool(m30k_centered):
     assert len(shares) == len(m.supervised)          # every direction still comes (uniform at T=5 here)
     state = stream.state_dict()
     with pytest.raises(ValueError, match="mix_directions=2"):
-        ShardStream(m30k_centered, StreamConfig(mix_rows=600, max_tokens=2048)).load_state_dict(state)
+        ShardStream(m30k_centered, StreamConfig(mix_rows=600, batch_tokens=2048)).load_state_dict(state)

@@ -19,7 +19,7 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 def common(shards, run_dir, steps, *extra):
     return ["--data", str(shards), "--preset", "tiny", "--run-dir", str(run_dir), "--max-steps", str(steps),
             "--ds-config", "cpu_fp32.json", "--set", "log.every=1", "--set", "valid.every=1000",
-            "--set", "data.max_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10",
+            "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10",
             *extra]
 
 

@@ -62,7 +62,7 @@ def test_translator_contract(tiny_export):
         tr.translate(["a"], "xx")
     # The device picks batch sizes and precision unless told: bf16 and big batches on a GPU.
     auto = TranslateConfig(DecodeConfig())
-    assert (tr.cfg.max_tokens, tr.cfg.max_sentences, tr.cfg.dtype) == (6000, 64, "fp32")
+    assert (tr.cfg.beam_tokens, tr.cfg.max_sentences, tr.cfg.dtype) == (6000, 64, "fp32")
     assert auto.resolved(torch.device("cuda")).dtype == "bf16" and auto.resolved(torch.device("cuda")).max_sentences > 64
     half = Translator.load(tiny_export, cfg=TranslateConfig(DecodeConfig(), dtype="bf16"))
     assert next(half.model.parameters()).dtype == torch.bfloat16 and (half.param_dtype, tr.param_dtype) == ("bf16", "fp32")

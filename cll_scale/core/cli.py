@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from cll_scale.core.compat import OLD_FLAGS
 from cll_scale.core.settings import field_default
 
 EXIT_INPUT, EXIT_FILES, EXIT_DEVICE, EXIT_DIVERGED = 2, 3, 4, 5
@@ -147,16 +148,21 @@ def add_config_arguments(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] 
         kw = {k: v for k, v in f.metadata.items() if k not in ("help", "flag")}
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if required else field_default(f)
-        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+        flags = flags_of(f.metadata.get("flag", "--" + f.name.replace("_", "-")))
         if default is False:
-            p.add_argument(flag, dest=f.name, action="store_true", help=f.metadata["help"])
+            p.add_argument(*flags, dest=f.name, action="store_true", help=f.metadata["help"])
             continue
         if "type" not in kw:
             kw["type"] = (csv_list if isinstance(default, list) else finite_float if isinstance(default, float)
                           else int if isinstance(default, int) and not isinstance(default, bool) else str)
         shown = ",".join(default) if isinstance(default, list) else default
         help_text = f.metadata["help"] + ("" if required or shown in ("", None) else f" (default: {shown})")
-        p.add_argument(flag, dest=f.name, required=required, default=default, help=help_text, **kw)
+        p.add_argument(*flags, dest=f.name, required=required, default=default, help=help_text, **kw)
+
+
+def flags_of(flag: str) -> list[str]:
+    """A flag and the old names it is still read by (:data:`cll_scale.core.compat.OLD_FLAGS`)."""
+    return [flag, *OLD_FLAGS.get(flag, ())]
 
 
 def config_from_args(cls, args: argparse.Namespace, **values):

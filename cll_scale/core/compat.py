@@ -1,13 +1,16 @@
-"""Every shim for what earlier versions wrote, in one place, each with the version that may drop it.
+"""Every shim for what earlier versions wrote, in one place, each marked with the version that may
+drop it ("kept" where committed results still need it).
 
-Recipes, configs (a run's config.json, an export's), checkpoints and exports written by v0.1.0 before
-a change are read through these functions; nothing else in the package knows an old name.
+Recipes and flags, configs (a run's config.json), manifests, checkpoints, exports, evaluation
+reports and the fine-tuning commands' settings written before a change are read through here;
+nothing else in the package knows an old name.
 """
 from __future__ import annotations
 
 import sys
 
-# The training rules whose default changed (issue 34), and what a config written before they
+# Kept (the committed records and reports of docs/results were trained before it). The training
+# rules whose default changed (issue 34), and what a config written before they
 # existed meant by their absence: records, exports and resumed runs from before were trained with
 # one direction a step and the LSL dropped twice. (A resumed run's stream state names its mixing
 # itself; cll-repro keeps one rule per study, records.check_one_rule.)
@@ -16,15 +19,49 @@ LEGACY_MODEL = LEGACY["model"]
 RULES = tuple(f"{section}.{key}" for section, legacy in LEGACY.items() for key in legacy)
 
 
-# Settings that lived in ``train`` before the sections (issue 36): still read, with a one-line
-# notice, until the next release. config.json files of runs trained before are read the same way.
-MOVED = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule_offset", "betas", "eps",
+# May go in v0.2.0. Settings that lived in ``train`` before the sections (issue 36), read with a
+# one-line notice; config.json files of runs trained before are read the same way.
+MOVED_TO_SECTIONS = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule_offset", "betas", "eps",
                                                   "weight_decay", "clip_norm")},
          "train.ckpt_every": "checkpoint.every", "train.keep_last": "checkpoint.keep_last",
          "train.export": "checkpoint.export", "train.valid_every": "valid.every",
          "train.valid_max_batches": "valid.max_batches", "train.valid_max_sentences": "valid.max_sentences",
          "train.valid_decode_sentences": "valid.decode_sentences", "train.best_metric": "valid.best_metric",
          "train.log_every": "log.every"}
+
+# May go in v0.3.0. Names that changed with issue 53: three settings were all called max_tokens
+# (the stream's microbatch budget is now data.batch_tokens, the shards' length filter max_length,
+# the decoder's batch beam_tokens), and the run's shard directory shared the word "data" with the
+# stream's section (it is train.shards; the flag stays --data). Old flags are kept as aliases.
+RENAMED = {"data.max_tokens": "data.batch_tokens", "train.data": "train.shards"}
+MOVED = {**MOVED_TO_SECTIONS, **RENAMED}
+OLD_FLAGS = {"--batch-tokens": ("--max-tokens",), "--max-length": ("--max-tokens",), "--beam-tokens": ("--max-tokens",)}
+MANIFEST_RENAMED = {"max_tokens": "max_length"}            # shard manifests of schema version 1
+FINE_TUNING_RENAMED = {"max_tokens": "batch_tokens"}       # cll-bt's and cll-extend's settings.json
+
+
+def as_first_named(recipe: dict) -> dict:
+    """A recipe (as :func:`upgrade` reads it) under the names of :data:`RENAMED` before the
+    change: what cll-repro hashes to recognise a record, so that records kept from before the
+    rename still match their recipe."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in recipe.items()}
+    for old, new in RENAMED.items():
+        (old_section, old_key), (section, key) = old.split("."), new.split(".")
+        if key in (out.get(section) or {}):
+            out.setdefault(old_section, {})[old_key] = out[section].pop(key)
+    return out
+
+
+def upgrade_manifest(d: dict) -> dict:
+    """A shard manifest in schema version 2 (version 1 called max_length max_tokens)."""
+    if d.get("schema_version") != 1:
+        return dict(d)
+    return {**{MANIFEST_RENAMED.get(k, k): v for k, v in d.items()}, "schema_version": 2}
+
+
+def upgrade_fine_tuning_settings(settings: dict) -> dict:
+    """The settings a cll-bt / cll-extend run recorded, under today's names."""
+    return {FINE_TUNING_RENAMED.get(k, k): v for k, v in settings.items()}
 
 
 def upgrade(recipe: dict, where: str = "") -> dict:
@@ -43,8 +80,8 @@ def upgrade(recipe: dict, where: str = "") -> dict:
         out.setdefault(new_section, {})[new_key] = out[section].pop(key)
         moved.append(f"{old} -> {new}")
     if moved and where:
-        notice(f"{where}: settings moved to their own sections, read as such (the old names go in the next "
-                f"release): {', '.join(moved)}")
+        notice(f"{where}: settings renamed or moved to their own sections, read as such (the old names "
+               f"will go): {', '.join(moved)}")
     return out
 
 
@@ -57,6 +94,7 @@ def notice(message: str) -> None:
         print(f"[cll-scale] {message}", file=sys.stderr)
 
 
+# May go in v0.2.0: checkpoints of before the registered states (issue 41).
 def upgrade_client_state(client: dict) -> dict:
     """A checkpoint's client state in today's layout: one entry per registered state. Checkpoints
     written before the states were registered kept the train state's fields at the top level,
@@ -69,7 +107,7 @@ def upgrade_client_state(client: dict) -> dict:
     return {"train": train, "stream": streams, "rng": client["rng"]}
 
 
-# Evaluation entries (cll-eval's results.json, cll-repro's cached evaluations) written before the
+# Kept. Evaluation entries (cll-eval's results.json, cll-repro's cached evaluations) written before the
 # skipped directions, the language identifiers, the timing and the central language were recorded
 # (22 entries of docs/results' oldest reports), read with what they were: nothing skipped,
 # langdetect alone. Kept while committed reports hold such entries.
@@ -79,3 +117,44 @@ ENTRY_DEFAULTS = {"skipped": {}, "lid": ["langdetect"], "timing": {}, "central_l
 def upgrade_entry(entry: dict) -> dict:
     """An evaluation entry with every key today's reader expects."""
     return {**ENTRY_DEFAULTS, **entry} if ENTRY_DEFAULTS.keys() - entry.keys() else entry
+
+
+# May go in v0.2.0: exports written before the LSLs moved into one Parameter per language (issue 38).
+def pack_per_layer_lsl(state_dict: dict, prefix: str = "") -> None:
+    """Pack the per-layer LSL tensors of such an export (``decoder.{i}.ffn.{w1,b1,w2,b2,t}.{slot}``)
+    into ``lsl.{slot}``, in place, so that it still loads (a ``load_state_dict`` pre-hook)."""
+    import torch
+    old = sorted({k for k in state_dict if k.startswith(prefix + "decoder.")
+                  and k.rsplit(".", 2)[-2] in ("w1", "b1", "w2", "b2", "t") and ".ffn." in k})
+    if not old:
+        return
+    slots = sorted({int(k.rsplit(".", 1)[1]) for k in old})
+    layers = sorted({int(k[len(prefix) + len("decoder."):].split(".")[0]) for k in old})
+    for slot in slots:
+        parts = [state_dict.pop(f"{prefix}decoder.{i}.ffn.{name}.{slot}").reshape(-1)
+                 for i in layers for name in ("w1", "b1", "w2", "b2", "t")]
+        state_dict[f"{prefix}lsl.{slot}"] = torch.cat(parts)
+
+
+# Kept: exports of before ``lang_tag`` was recorded in export.json were all trained with tags (the
+# setting had no other value in any recipe then); committed exports' infos may lack it.
+EXPORT_DEFAULTS = {"lang_tag": True}
+
+
+def upgrade_export_info(info: dict) -> dict:
+    """An export.json as today's reader expects it."""
+    return {**EXPORT_DEFAULTS, **info}
+
+
+# May go in v0.2.0: checkpoints committed before cll_meta.json listed their files and sizes.
+def unlisted_checkpoint_problem(directory, world_size: int | None) -> str | None:
+    """Such a checkpoint is complete when it has DeepSpeed's model states and one optimizer file a rank."""
+    optim = len(list(directory.glob("*optim_states.pt")))
+    model = any(directory.glob("*model_states.pt"))
+    return None if model and optim == world_size else "model or optimizer states missing"
+
+
+# May go in v0.2.0: stream positions saved before ``pool_blocks`` was recorded (every pool held
+# ``pool_blocks`` blocks then, whatever the row budget).
+def upgrade_stream_state(state: dict, pool_blocks: int) -> dict:
+    return {"pool_blocks": pool_blocks, **state}

@@ -19,9 +19,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from cll_scale.core.outputs import json_text, write_atomic
+from cll_scale.core.compat import upgrade_manifest
 from cll_scale.data.languages import Direction
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2             # 2: max_length (version 1 called it max_tokens; read through core.compat)
 MANIFEST = "manifest.json"
 SUPERVISED, ZERO_SHOT, UNSEEN = "supervised", "zero-shot", "unseen"     # Manifest.kind
 
@@ -87,7 +88,7 @@ class Manifest:
     tokenizer: TokenizerInfo
     splits: dict[str, SplitInfo]
     block_rows: int
-    max_tokens: int
+    max_length: int                 # training pairs longer than this many subwords were filtered out
     source: dict = field(default_factory=dict)
     created_by: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -142,11 +143,11 @@ class Manifest:
 
     @classmethod
     def from_json(cls, d: dict) -> "Manifest":
+        d = upgrade_manifest(d)
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ManifestError(f"manifest schema version {version!r} is not supported "
-                                f"(this cll-scale reads version {SCHEMA_VERSION})")
-        d = dict(d)
+                                f"(this cll-scale reads versions 1 and {SCHEMA_VERSION})")
         dirs = d.pop("directions")
         splits = {name: SplitInfo(role=s["role"], shards=[Shard(**x) for x in s["shards"]],
                                   filtered=s.get("filtered", {}))

@@ -45,7 +45,7 @@ class BuildConfig:
     spm_temperature: float = field(default=5.0, metadata={"help": "language balancing for the vocabulary"})
     spm_sentences: int = field(default=1_000_000, metadata={"help": "sampled sentences to learn from"})
     character_coverage: float = field(default=0.9995, metadata={"help": "SentencePiece character coverage"})
-    max_tokens: int = field(default=256, metadata={"help": "filter training pairs longer than this (counted)"})
+    max_length: int = field(default=256, metadata={"help": "filter training pairs longer than this many subwords (counted)"})
     block_rows: int = field(default=1024, metadata={"help": "rows per Arrow record batch: the unit of shuffling"})
     shard_rows: int = field(default=1_000_000, metadata={"help": "rows per shard file at most"})
     compression: str | None = field(default="zstd", metadata={"help": "Arrow IPC compression",
@@ -56,8 +56,8 @@ class BuildConfig:
     def __post_init__(self):
         if self.block_rows < 1 or self.shard_rows < self.block_rows:
             raise ValueError("need 1 <= block_rows <= shard_rows")
-        if self.max_tokens < 1:
-            raise ValueError("max_tokens must be >= 1")
+        if self.max_length < 1:
+            raise ValueError("max_length must be >= 1")
         if self.compression in ("none", ""):
             self.compression = None
 
@@ -141,13 +141,13 @@ class _ChunkColumns:
     """One chunk of a split as Arrow columns per language, shared by the split's directions."""
 
     def __init__(self, first: int, chunk: dict[str, list[str]], encoded: dict[str, list[list[int]]],
-                 langs: list[str], with_text: bool, max_tokens: int):
+                 langs: list[str], with_text: bool, max_length: int):
         self.n = len(next(iter(chunk.values())))
         self.lines = pa.array(np.arange(first, first + self.n, dtype=np.int64))
         self.ids = {x: id_lists(encoded[x]) for x in langs}
         self.texts = {x: pa.array(chunk[x], pa.string()) for x in langs} if with_text else None
         self.empty = {x: np.array([not t for t in chunk[x]], dtype=bool) for x in langs}
-        self.long = {x: np.diff(self.ids[x].offsets.to_numpy()) > max_tokens for x in langs}
+        self.long = {x: np.diff(self.ids[x].offsets.to_numpy()) > max_length for x in langs}
 
     def direction(self, d: Direction, schema: pa.Schema, counts: dict[str, int], drop_long: bool) -> pa.RecordBatch:
         """The rows of direction ``d`` without the empty ones (and the over-long ones if
@@ -181,7 +181,7 @@ def _write_split(split, sp: spm.SentencePieceProcessor, root: Path, cfg: BuildCo
         with clock.stage("encode"):
             encoded = {x: sp.encode(chunk[x], num_threads=cfg.threads) for x in split.langs}
         with clock.stage("filter"):
-            columns = _ChunkColumns(first, chunk, encoded, split.langs, with_text, cfg.max_tokens)
+            columns = _ChunkColumns(first, chunk, encoded, split.langs, with_text, cfg.max_length)
         for d, writer in writers.items():
             with clock.stage("filter"):
                 # Test sets keep over-long sentences (dropping them would change BLEU's test set);
@@ -270,7 +270,7 @@ def build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path, clock: StageClock) -
         languages=corpus.languages, central_language=corpus.central,
         supervised=[str(d) for d in corpus.supervised], zero_shot=[str(d) for d in corpus.zero_shot],
         tokenizer=tokenizer, splits=dict(sorted(splits.items())), block_rows=cfg.block_rows,
-        max_tokens=cfg.max_tokens,
+        max_length=cfg.max_length,
         source={"format": corpus.fmt, "path": corpus.path, "condition": corpus.condition,
                 "spm": "given: " + str(cfg.spm_model) if cfg.spm_model else
                 {"vocab_size": cfg.vocab_size, "model_type": cfg.model_type,

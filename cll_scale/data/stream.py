@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from cll_scale.core.compat import upgrade_stream_state
 from cll_scale.core.settings import setting
 from cll_scale.data.inputs import padded_rows, source_length, target_length
 from cll_scale.data.languages import Direction
@@ -58,7 +59,7 @@ VERIFY = ("full", "size", "none")
 class StreamConfig:
     """The recipe's ``data`` section: what the training stream feeds."""
     split: str = setting("train", "the split to train on")
-    max_tokens: int = setting(4096, "token budget of a microbatch: sentences x padded max(source, "
+    batch_tokens: int = setting(4096, "token budget of a microbatch: sentences x padded max(source, "
                               "target) length")
     max_sentences: int = setting(0, "sentences per microbatch at most (0: no cap)")
     temperature: float = setting(5.0, "direction sampling temperature T: q_d ~ n_d^(1/T) (1: by size; large: uniform)")
@@ -84,8 +85,8 @@ class StreamConfig:
             twice = sorted({d for d in self.directions if self.directions.count(d) > 1})
             if twice:       # a direction listed twice would be sampled as two
                 raise ValueError(f"data.directions lists {', '.join(twice)} twice")
-        if min(self.max_tokens, self.pool_blocks, self.pool_rows, self.mix_rows) < 1 or self.max_sentences < 0:
-            raise ValueError("max_tokens, pool_blocks, pool_rows and mix_rows must be >= 1, max_sentences >= 0")
+        if min(self.batch_tokens, self.pool_blocks, self.pool_rows, self.mix_rows) < 1 or self.max_sentences < 0:
+            raise ValueError("batch_tokens, pool_blocks, pool_rows and mix_rows must be >= 1, max_sentences >= 0")
         if not 0 <= self.mix_directions <= self.mix_rows:
             raise ValueError(f"data.mix_directions must be in [0, data.mix_rows], not {self.mix_directions}")
         if not 0.0 < self.rows_fraction <= 1.0:
@@ -284,10 +285,10 @@ class ShardStream:
         unknown = [d for d in names if d not in split.directions()]
         if unknown:
             raise ManifestError(f"{self.dir}: split {cfg.split!r} has no direction {', '.join(unknown)}")
-        longest = m.max_tokens + 2
-        if cfg.max_tokens < longest:
-            raise ValueError(f"max_tokens {cfg.max_tokens} cannot hold the longest pair this data "
-                             f"allows ({m.max_tokens} tokens + tag + eos = {longest})")
+        longest = source_length(m.max_length, True)
+        if cfg.batch_tokens < longest:
+            raise ValueError(f"data.batch_tokens {cfg.batch_tokens} cannot hold the longest pair this data "
+                             f"allows ({m.max_length} tokens + tag + eos = {longest})")
         return list(names)
 
     # -- state ----------------------------------------------------------------------------
@@ -321,7 +322,7 @@ class ShardStream:
         if not same and strict_world:
             raise ValueError(f"stream state is for rank {state['rank']} of {state['world_size']}, "
                              f"this is rank {self.rank} of {self.world}")
-        saved_k = int(state.get("pool_blocks", self.cfg.pool_blocks))   # older states: always pool_blocks
+        saved_k = int(upgrade_stream_state(state, self.cfg.pool_blocks)["pool_blocks"])
         if saved_k != self.pool_blocks and same:
             raise ValueError(f"stream state was saved with {saved_k} blocks per pool, this stream has "
                              f"{self.pool_blocks} (pool_blocks or pool_rows changed)")
@@ -455,7 +456,7 @@ class ShardStream:
         cost = _row_cost(pool, self.cfg.add_lang_tag)
         perm = rng.permutation(len(cost))
         order = perm[np.argsort(cost[perm], kind="stable")]
-        batches = _cut(order, cost, self.cfg.max_tokens, self.cfg.max_sentences)
+        batches = _cut(order, cost, self.cfg.batch_tokens, self.cfg.max_sentences)
         return [batches[i] for i in rng.permutation(len(batches))]
 
     def _collate(self, d: int, pool: _Pool, rows: np.ndarray) -> Batch:
@@ -486,13 +487,13 @@ def _row_cost(pool: _Pool, add_lang_tag: bool) -> np.ndarray:
     return np.maximum(source_length(pool.src_len, add_lang_tag), target_length(pool.tgt_len))
 
 
-def _cut(order: np.ndarray, cost: np.ndarray, max_tokens: int, max_sentences: int) -> list[np.ndarray]:
+def _cut(order: np.ndarray, cost: np.ndarray, batch_tokens: int, max_sentences: int) -> list[np.ndarray]:
     """Greedy token-budget batches over rows sorted by ascending cost."""
     cap = max_sentences or len(order)
     batches, start = [], 0
     for i, c in enumerate(cost[order].tolist()):
         # Ascending order: the newest row is the longest, so the batch would cost (n+1) * c.
-        if i > start and ((i - start + 1) * c > max_tokens or i - start >= cap):
+        if i > start and ((i - start + 1) * c > batch_tokens or i - start >= cap):
             batches.append(order[start:i])
             start = i
     if start < len(order):
@@ -518,7 +519,7 @@ def _collate(pool: _Pool, rows: np.ndarray, tag: int | np.ndarray | None, src_la
                  torch.from_numpy(pool.lines[rows]), runs)
 
 
-def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: int = 4096,
+def eval_batches(shard_dir: str | Path, split: str, direction: str, batch_tokens: int = 4096,
                  rank: int = 0, world_size: int = 1, add_lang_tag: bool = True, manifest: Manifest | None = None):
     """Every row of one direction of an evaluation split exactly once, in length-sorted
     token-budget batches (no shuffling, no sampling); ranks get disjoint contiguous slices.
@@ -534,7 +535,7 @@ def eval_batches(shard_dir: str | Path, split: str, direction: str, max_tokens: 
     order = rows[np.argsort(cost[rows], kind="stable")]
     src, tgt = Direction.parse(direction)
     tag = m.tokenizer.lang_tag_ids[tgt] if add_lang_tag else None
-    for batch_rows in _cut(order, cost, max_tokens, 0):
+    for batch_rows in _cut(order, cost, batch_tokens, 0):
         yield _collate(pool, batch_rows, tag, m.lang_id(src), m.lang_id(tgt), direction,
                        m.tokenizer.pad_id, m.tokenizer.eos_id)
 

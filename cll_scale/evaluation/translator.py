@@ -90,22 +90,22 @@ class ModelStepper:
 @dataclass
 class TranslateConfig:
     decode: DecodeConfig
-    max_tokens: int = 0             # source tokens × beam per batch; 0: by device (CPU 6,000,
+    beam_tokens: int = 0            # source tokens × beam per batch; 0: by device (CPU 6,000,
                                     # GPU 96,000: a GPU step costs about the same for 64 or 1,024 rows)
     max_sentences: int = 0          # 0: by device (CPU 64, GPU 1,024)
-    max_src_tokens: int = 0         # 0: the shards' max_tokens; longer input is truncated
+    max_src_tokens: int = 0         # 0: the shards' max_length; longer input is truncated
     dtype: str = "auto"             # auto: bf16 on CUDA, fp32 elsewhere; or "bf16" / "fp32"
 
     def __post_init__(self):
         if self.dtype not in ("auto", "bf16", "fp32"):
             raise ValueError(f"dtype must be auto, bf16 or fp32, not {self.dtype!r}")
-        if min(self.max_tokens, self.max_sentences, self.max_src_tokens) < 0:
-            raise ValueError("max_tokens, max_sentences and max_src_tokens must be >= 0")
+        if min(self.beam_tokens, self.max_sentences, self.max_src_tokens) < 0:
+            raise ValueError("beam_tokens, max_sentences and max_src_tokens must be >= 0")
 
     def resolved(self, device: torch.device) -> "TranslateConfig":
         """The device's batch sizes and precision in place of the ``0`` / ``auto`` defaults."""
         gpu = device.type == "cuda"
-        return TranslateConfig(self.decode, self.max_tokens or (96_000 if gpu else 6_000),
+        return TranslateConfig(self.decode, self.beam_tokens or (96_000 if gpu else 6_000),
                                self.max_sentences or (1024 if gpu else 64), self.max_src_tokens,
                                "bf16" if self.dtype == "auto" and gpu else "fp32" if self.dtype == "auto" else self.dtype)
 
@@ -137,7 +137,7 @@ class Translator:
         self.sp = spm.SentencePieceProcessor(model_file=str(spm_path))
         tok = self.manifest.tokenizer
         self.pad, self.bos, self.eos = tok.pad_id, tok.bos_id, tok.eos_id
-        limit = self.cfg.max_src_tokens or self.manifest.max_tokens
+        limit = self.cfg.max_src_tokens or self.manifest.max_length
         self.max_src = min(limit, self.model.cfg.max_positions - 2)
         longest = self.model.cfg.max_positions - 1      # outputs are cut there, whatever a and b say
         if self.cfg.decode.min_len > longest:
@@ -233,7 +233,7 @@ class Translator:
         batch: list[int] = []
         for i in order:     # ascending length: the newest sentence is the batch's longest
             longest = len(encoded[i])
-            if batch and ((len(batch) + 1) * longest * self.cfg.decode.beam > self.cfg.max_tokens
+            if batch and ((len(batch) + 1) * longest * self.cfg.decode.beam > self.cfg.beam_tokens
                           or len(batch) >= self.cfg.max_sentences):
                 yield batch
                 batch = []

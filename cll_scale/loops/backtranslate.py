@@ -59,7 +59,7 @@ class BTConfig(FineTuneSettings):
     warmup_steps: int = field(default=500, metadata={"help": "learning-rate warm-up steps"})
 
     def __post_init__(self):
-        for name in ("epochs", "beam", "chunk_rows", "max_tokens", "eval_beam"):
+        for name in ("epochs", "beam", "chunk_rows", "batch_tokens", "eval_beam"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}")
         for name in ("max_rows", "warmup_steps", "eval_max_sentences"):
@@ -170,14 +170,14 @@ def build_epoch_data(cfg: BTConfig, manifest: Manifest, epoch: int, n_chunks: in
             if not text.strip():          # the model produced nothing: counted, not trained on
                 counts["empty"] += 1
                 continue
-            if len(ids) > manifest.max_tokens:
+            if len(ids) > manifest.max_length:
                 counts["too_long"] += 1
                 continue
             cols = by_direction.setdefault(name, {"line": [], "src_ids": [], "tgt_ids": []})
             cols["line"].append(line)
             cols["src_ids"].append(ids)
             cols["tgt_ids"].append(targets[rec["direction"]][row])
-    build_cfg = BuildConfig(out_dir=str(out), block_rows=manifest.block_rows, max_tokens=manifest.max_tokens)
+    build_cfg = BuildConfig(out_dir=str(out), block_rows=manifest.block_rows, max_length=manifest.max_length)
     with atomic_dir(out) as tmp:
         pseudo: list[Shard] = []
         for name in sorted(by_direction):

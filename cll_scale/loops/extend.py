@@ -67,7 +67,7 @@ class ExtendConfig(FineTuneSettings):
                                                      "schedule where it ended)"})
 
     def __post_init__(self):
-        for name in ("max_pairs", "vocab_size", "max_steps", "max_tokens", "eval_beam"):
+        for name in ("max_pairs", "vocab_size", "max_steps", "batch_tokens", "eval_beam"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}")
         if self.eval_max_sentences < 0 or self.lr < 0:
@@ -154,7 +154,7 @@ def build_data(cfg: ExtendConfig, old: Manifest) -> Path:
     new_dir = out / "new-shards"
     if not (new_dir / "manifest.json").exists():
         build_shards(corpus, BuildConfig(out_dir=str(new_dir), spm_model=str(out / "spm.model"),
-                                         block_rows=old.block_rows, max_tokens=old.max_tokens))
+                                         block_rows=old.block_rows, max_length=old.max_length))
     new = Manifest.load(new_dir)
     merged = Manifest.from_json(old.to_json())
     merged.languages = corpus.languages

@@ -15,7 +15,9 @@ from pathlib import Path
 from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, non_negative_int,
                                 print_tables)
 from cll_scale.core.cli import run as cli_run
+from cll_scale.core.compat import upgrade_fine_tuning_settings
 from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
+from cll_scale.data.inputs import source_length
 from cll_scale.data.manifest import Manifest
 from cll_scale.evaluation.evaluator import compare
 from cll_scale.evaluation.pool import lid_pool
@@ -30,6 +32,7 @@ from cll_scale.run.trainer import Trainer
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
 from cll_scale.training.rundir import has_checkpoints
+
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
                     identity: dict | None = None) -> None:
@@ -53,7 +56,7 @@ def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], 
     produced = out.is_dir() and any(e.name not in (DirLock.NAME, SETTINGS) for e in out.iterdir())
     if path.is_file() and produced:
         recorded = json.loads(path.read_text())
-        old, old_identity = recorded["settings"], recorded.get("identity", {})
+        old, old_identity = upgrade_fine_tuning_settings(recorded["settings"]), recorded.get("identity", {})
 
         def same(k: str) -> bool:
             if old.get(k) == settings.get(k) or k == "out":      # a moved run is the same run
@@ -131,10 +134,10 @@ def check_fine_tuning_inputs(cfg: "FineTuneSettings", manifest: Manifest, data: 
     if unknown:
         raise ValueError(f"--eval-splits {','.join(unknown)}: {data} has no such split (test splits: "
                          f"{', '.join(tests) or 'none'})")
-    longest = manifest.max_tokens + 2
-    if cfg.max_tokens < longest:
-        raise ValueError(f"--max-tokens {cfg.max_tokens} cannot hold the longest pair of {data} "
-                         f"({manifest.max_tokens} tokens + tag + eos): give at least {longest}")
+    longest = source_length(manifest.max_length, True)
+    if cfg.batch_tokens < longest:
+        raise ValueError(f"--batch-tokens {cfg.batch_tokens} cannot hold the longest pair of {data} "
+                         f"({manifest.max_length} tokens + tag + eos): give at least {longest}")
     check_apart(out, inputs)
 
 
@@ -221,7 +224,7 @@ class FineTuneSettings:
     """What cll-bt's and cll-extend's configs share: the training microbatch, the engine, and the
     before/after evaluation. The help texts are their flags (cll_scale.core.cli.add_config_arguments)."""
 
-    max_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch"})
+    batch_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch (data.batch_tokens)"})
     ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
     eval_splits: list[str] = field(default_factory=list, metadata={
         "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
@@ -237,12 +240,12 @@ def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | P
     """The cll-train recipe of a fine-tuning run (back-translation epochs, extension): ``cfg``'s
     shared settings and the checkpoint/log cadence both use, written once and checked section by
     section before any work, plus ``optim`` (the schedule), ``valid`` and ``train`` (start, budget)."""
-    recipe = {"train": {"data": str(data), "run_dir": str(run_dir), "ds_config": cfg.ds_config, "seed": cfg.seed,
+    recipe = {"train": {"shards": str(data), "run_dir": str(run_dir), "ds_config": cfg.ds_config, "seed": cfg.seed,
                         **train},
               "optim": optim, "valid": {"every": 500, **(valid or {})},
               "checkpoint": {"every": 250, "keep_last": 2}, "log": {"every": 25},
               # The tags follow the model fine-tuned: a model trained without them continues without them.
-              "data": {"max_tokens": cfg.max_tokens, "seed": cfg.seed,
+              "data": {"batch_tokens": cfg.batch_tokens, "seed": cfg.seed,
                        "add_lang_tag": export_lang_tag(train["init_from"])}}
     for section in ("train", "optim", "valid", "checkpoint", "log"):
         build_section(section, recipe[section])      # an unknown or invalid setting fails here, by name

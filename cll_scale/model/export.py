@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from cll_scale.core.compat import upgrade_export_info
 from cll_scale.core.outputs import atomic_dir, json_text
 from cll_scale.data.manifest import Manifest, sha256_file
 from cll_scale.model.config import ModelConfig
@@ -57,10 +58,10 @@ def export_model_config(export_dir: str | os.PathLike) -> dict:
 
 def export_lang_tag(export_dir: str | os.PathLike) -> bool:
     """Whether the exported model was trained with target-language tags (``lang_tag`` in
-    export.json, from ``data.add_lang_tag``). Exports written before it was recorded were all
-    trained with tags: the setting had no other value in any recipe then."""
-    info = json.loads((Path(export_dir) / "export.json").read_text())
-    value = info.get("lang_tag", True)
+    export.json, from ``data.add_lang_tag``; exports of before it read as
+    :func:`cll_scale.core.compat.upgrade_export_info` says)."""
+    info = upgrade_export_info(json.loads((Path(export_dir) / "export.json").read_text()))
+    value = info["lang_tag"]
     if not isinstance(value, bool):
         raise ExportError(f"{export_dir}/export.json: lang_tag must be true or false, not {value!r}")
     return value

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cll_scale.core.compat import pack_per_layer_lsl
 from cll_scale.model.config import ModelConfig
 
 
@@ -312,7 +313,7 @@ class CLLTransformer(nn.Module):
                     t.fill_(cfg.t_init)
         if cfg.init == "xavier":
             self._xavier_init()
-        self._register_load_state_dict_pre_hook(_pack_per_layer_lsl)
+        self._register_load_state_dict_pre_hook(_read_old_layouts)
         self.enc_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
         self.dec_norm = nn.LayerNorm(d) if cfg.pre_norm else nn.Identity()
         # tgt_lang id (manifest order) -> LSL slot, -1 for the central language.
@@ -477,19 +478,9 @@ def train_flops(cfg: ModelConfig, rows: int, src_len: int, tgt_len: int) -> floa
     return 3.0 * (enc + dec + cll + out)
 
 
-def _pack_per_layer_lsl(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
-    """Exports written before the LSLs moved into one Parameter per language kept them per layer
-    (``decoder.{i}.ffn.{w1,b1,w2,b2,t}.{slot}``): pack those into ``lsl.{slot}`` so they still load."""
-    old = sorted({k for k in state_dict if k.startswith(prefix + "decoder.")
-                  and k.rsplit(".", 2)[-2] in ("w1", "b1", "w2", "b2", "t") and ".ffn." in k})
-    if not old:
-        return
-    slots = sorted({int(k.rsplit(".", 1)[1]) for k in old})
-    layers = sorted({int(k[len(prefix) + len("decoder."):].split(".")[0]) for k in old})
-    for slot in slots:
-        parts = [state_dict.pop(f"{prefix}decoder.{i}.ffn.{name}.{slot}").reshape(-1)
-                 for i in layers for name in ("w1", "b1", "w2", "b2", "t")]
-        state_dict[f"{prefix}lsl.{slot}"] = torch.cat(parts)
+def _read_old_layouts(state_dict, prefix, *_):
+    """Exports of earlier layouts load too (:mod:`cll_scale.core.compat`)."""
+    pack_per_layer_lsl(state_dict, prefix)
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float

@@ -9,7 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from cll_scale.core.compat import RULES, upgrade
+from cll_scale.core.compat import RULES, as_first_named, upgrade
 from cll_scale.core.hardware import hardware
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.repro.plan import Budget
@@ -25,7 +25,7 @@ RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "ex
 RECORD = "record.json"
 # Train settings that cll-repro sets per run, through its budget and its --precision (the precision
 # an engine settings file names is compared on its own, check_one_precision).
-PER_RUN = {"data", "run_dir", "max_steps", "max_minutes", "max_epochs", "ds_config"}
+PER_RUN = {"shards", "run_dir", "max_steps", "max_minutes", "max_epochs", "ds_config"}
 
 
 def last_train_row(rows: list[dict]) -> dict:
@@ -59,7 +59,7 @@ def training_identity(recipe: Path, overrides: list[str], budget: Budget) -> dic
     """What decides a trained model: the recipe's settings, the overrides and the budget. The
     settings are hashed as read (moved settings in their sections, keys sorted), so rewording a
     recipe's comments or moving a setting to its section keeps its records."""
-    settings = {k: v for k, v in load_recipe(recipe).items() if v not in ({}, None)}   # an emptied `train:`
+    settings = {k: v for k, v in as_first_named(load_recipe(recipe)).items() if v not in ({}, None)}   # `train:` emptied
     return {"recipe": recipe.name,
             "recipe_settings_sha256": hashlib.sha256(json_text(settings, sort_keys=True).encode()).hexdigest(),
             "recipe_sha256": hashlib.sha256(recipe.read_bytes()).hexdigest(),
@@ -169,7 +169,7 @@ def recipe_rules(recipe: Path, overrides: list[str]) -> tuple[dict[str, object],
 
 
 def recorded_rules(run_dir: Path) -> dict[str, object]:
-    """The training rules a run (or record) was trained with, from its config.json (config.LEGACY)."""
+    """The training rules a run (or record) was trained with, from its config.json (core.compat.LEGACY)."""
     path = run_dir / "config.json"
     return training_rules(json.loads(path.read_text()) if path.is_file() else {}, recorded=True)
 
@@ -223,7 +223,7 @@ def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str
 
 
 def check_one_rule(runs: dict[str, Path], rules: dict[str, tuple[dict, dict]], planned: list[str]) -> None:
-    """A training rule (config.LEGACY: issue 34's ``data.mixing`` and ``model.lsl_dropout``) differs
+    """A training rule (core.compat.LEGACY: issue 34's ``data.mixing`` and ``model.lsl_dropout``) differs
     between the models of one report only where their recipes say so. The study recipes of before
     name neither rule, so a study begun under the old defaults and continued today would
     otherwise average seeds of two rules without a word. ``rules``: each model's

@@ -73,7 +73,7 @@ class TrainState:
     step: int = 0
     elapsed: float = 0.0           # training seconds, the ranks' mean
     tokens_seen: int = 0
-    epoch: float = 0.0             # of the current train.data, averaged over ranks
+    epoch: float = 0.0             # of the current train.shards, averaged over ranks
 
     def state_dict(self) -> dict:
         return {"step": self.step, "elapsed": self.elapsed, "tokens_seen": self.tokens_seen}
@@ -153,7 +153,7 @@ class Run:
     def export(self, tag: str, lr: float, name: str = "export", info: dict | None = None) -> None:
         """Consolidate checkpoint ``tag`` into ``run_dir/name`` (``export-best/`` with ``info``
         saying why it was chosen)."""
-        path = self.checkpointer.export(tag, self.frozen, self.cfg.model, self.cfg.train.data, self.manifest,
+        path = self.checkpointer.export(tag, self.frozen, self.cfg.model, self.cfg.train.shards, self.manifest,
                                         {"step": self.state.step, "lr": lr, "lang_tag": self.cfg.data.add_lang_tag,
                                          **(info or {})}, name)
         if path is not None:
@@ -177,9 +177,9 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
     newest complete checkpoint when resuming."""
     set_threads()
     rank, world, _ = ds.init_distributed()
-    data_dir = recipe.get("train", {}).get("data")
+    data_dir = recipe.get("train", {}).get("shards")
     if not data_dir:
-        raise ValueError("no shard directory: set train.data in the recipe or pass --data")
+        raise ValueError("no shard directory: set train.shards in the recipe or pass --data")
     manifest = Manifest.load(data_dir)
     cfg = _resolve(recipe, manifest, data_dir)
     run_dir = Path(cfg.train.run_dir)
@@ -233,7 +233,7 @@ def _build(cfg: RunConfig, manifest: Manifest, run_dir: Path, lock, rank: int, w
     # The stream checks the shards first: a damaged one stops the run before anything starts
     # (the rank that finds it raises; the launcher then stops the others). The processes of
     # a node share the hashing of its files, so each byte is read once per node.
-    stream = ShardStream(cfg.train.data, cfg.data, rank, world, verify_part=local_part(), manifest=manifest)
+    stream = ShardStream(cfg.train.shards, cfg.data, rank, world, verify_part=local_part(), manifest=manifest)
     torch.manual_seed(cfg.train.seed)        # identical initial weights on every rank
     model = CLLTransformer(cfg.model)
     frozen = init_and_freeze(model, cfg.train.init_from, cfg.train.freeze, tag, say)
@@ -265,7 +265,7 @@ def _build(cfg: RunConfig, manifest: Manifest, run_dir: Path, lock, rank: int, w
 def _register_states(run: Run, tag: str | None, universal: bool, say) -> None:
     """The states a checkpoint saves, restored from ``tag`` when there is one."""
     where = run.checkpointer.dir / tag if tag else run.run_dir
-    position = StreamPosition(run.stream, run.cfg.train.data, run.manifest.fingerprint("train"),
+    position = StreamPosition(run.stream, run.cfg.train.shards, run.manifest.fingerprint("train"),
                               run.cfg.train.new_data, str(where), say)
     run.checkpointer.register("train", run.state)
     run.checkpointer.register("stream", position, per_rank=True)
@@ -284,7 +284,7 @@ def _register_states(run: Run, tag: str | None, universal: bool, say) -> None:
 def _finish(run: Run, say) -> None:
     """The validator, the MFU peak, and the run directory's self-description."""
     cfg = run.cfg
-    run.validator = Validator(cfg.valid, cfg.train.data, cfg.data, run.manifest, run.rank, run.world, run.device,
+    run.validator = Validator(cfg.valid, cfg.train.shards, cfg.data, run.manifest, run.rank, run.world, run.device,
                               run.checkpointer.best_so_far(cfg.valid.best_metric, run.state.step))
     peak, why = device_peak_tflops(cfg.log, run.device)
     run.peak_flops = peak * 1e12 * run.world if peak else None

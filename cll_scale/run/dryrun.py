@@ -55,7 +55,7 @@ def _dry_run_figures(t: Trainer, steps: int) -> dict:
     _sync(t.device)
     seconds = collectives.host_all_reduce([time.perf_counter() - start], "max")[0] / max(steps, 1)
     cfg, run = t.cfg, t.run
-    sample = ShardStream(cfg.train.data, replace(cfg.data, verify="none"), t.rank, t.world, manifest=run.manifest)
+    sample = ShardStream(cfg.train.shards, replace(cfg.data, verify="none"), t.rank, t.world, manifest=run.manifest)
     batches = [next(sample) for _ in range(DRY_RUN_SAMPLE)]
     rows, tokens = collectives.host_all_reduce([sum(len(b) for b in batches), sum(b.ntokens for b in batches)])
     rows_per_step = rows / DRY_RUN_SAMPLE * cfg.train.grad_accum
@@ -73,7 +73,7 @@ def _dry_run_figures(t: Trainer, steps: int) -> dict:
         "parameters": sum(p.numel() for p in params), "tensors": len(params),
         "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
         "languages": len(run.manifest.languages), "directions": len(t.stream.directions),
-        "max_tokens_per_microbatch": cfg.data.max_tokens, "grad_accum": cfg.train.grad_accum,
+        "max_tokens_per_microbatch": cfg.data.batch_tokens, "grad_accum": cfg.train.grad_accum,
         "rows_per_step": rows_per_step, "tokens_per_step": tokens_per_step,
         "epoch_rows": epoch_rows, "epoch_target_tokens": epoch_tokens, "steps_per_epoch": steps_per_epoch,
         "warmup_steps": DRY_RUN_WARMUP, "timed_steps": steps, "seconds_per_step": seconds,

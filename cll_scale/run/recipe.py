@@ -44,7 +44,7 @@ class TrainConfig:
     """The recipe's ``train`` section: what the run trains on, where it writes, its budget and its
     numerics. (The other sections own the optimizer, checkpoints, validation and logging.)"""
 
-    data: str = setting("", "shard directory (cll-shards build)", flag="--data")
+    shards: str = setting("", "shard directory (cll-shards build)", flag="--data")
     run_dir: str = setting("runs/default", "run directory", flag="--run-dir")
     ds_config: str = setting("auto", "a ds_configs/*.json (engine settings), or auto: gpu_bf16 on CUDA; on a CPU "
                         "cpu_bf16 where a probe finds bf16 faster than fp32 (avx512_bf16, AMX), else cpu_fp32",
@@ -61,7 +61,7 @@ class TrainConfig:
                              "starts afresh")
     # budget: whichever comes first
     max_steps: int = setting(0, "stop after this many steps (0: no step limit)", flag="--max-steps")
-    max_epochs: float = setting(0.0, "stop after this many epochs of train.data (0: no limit)")
+    max_epochs: float = setting(0.0, "stop after this many epochs of train.shards (0: no limit)")
     max_minutes: float = setting(0.0, "stop after this many minutes of training (0: no limit)", flag="--max-minutes")
     max_skips_in_a_row: int = setting(50, "skipped steps in a row (non-finite, out of memory) that end the run")
 
@@ -178,7 +178,7 @@ def apply_overrides(recipe: dict, overrides: list[str]) -> dict:
             recipe["preset"] = value
             continue
         if key in MOVED:
-            notice(f"--set {key} is now {MOVED[key]} (read as such; the old name goes in the next release)")
+            notice(f"--set {key} is now {MOVED[key]} (read as such; the old name will go)")
             key = MOVED[key]
         section, dot, name = key.partition(".")
         if not eq or not dot or section not in SECTIONS:

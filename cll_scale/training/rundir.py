@@ -14,6 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from cll_scale.core.compat import unlisted_checkpoint_problem
 from cll_scale.core.settings import setting
 
 
@@ -65,10 +66,8 @@ def checkpoint_problem(ckpt_dir: Path, tag: str) -> str | None:
     except (OSError, ValueError):
         return f"no readable {META} (never committed)"
     files = meta.get("files")
-    if files is None:       # written before sizes were recorded: the files DeepSpeed must have
-        optim = len(list(d.glob("*optim_states.pt")))
-        model = any(d.glob("*model_states.pt"))
-        return None if model and optim == meta.get("world_size") else "model or optimizer states missing"
+    if files is None:       # committed before sizes were recorded
+        return unlisted_checkpoint_problem(d, meta.get("world_size"))
     for name, size in files.items():
         f = d / name
         if not f.is_file():

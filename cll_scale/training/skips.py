@@ -47,7 +47,7 @@ class OutOfMemorySkip:
         return OutOfMemory(
             f"out of memory in the backward pass of step {step} ({batch.direction}, {len(batch)} rows x "
             f"{batch.tgt_tokens.shape[1]} target tokens): gradient reductions may already be under way, so "
-            f"this step cannot be skipped; lower data.max_tokens and --resume from the last checkpoint")
+            f"this step cannot be skipped; lower data.batch_tokens and --resume from the last checkpoint")
 
 
 class NonFiniteSkip:

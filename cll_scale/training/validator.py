@@ -114,12 +114,12 @@ class Validator:
         """This rank's validation batches of ``direction``: its slice of every row, or with
         ``max_sentences`` = N its share of the first N lines (every rank reads the direction, a
         dev set of a few thousand rows, and keeps lines in its own range)."""
-        max_tokens, tag, n = self.stream_cfg.max_tokens, self.stream_cfg.add_lang_tag, self.cfg.max_sentences
+        batch_tokens, tag, n = self.stream_cfg.batch_tokens, self.stream_cfg.add_lang_tag, self.cfg.max_sentences
         if not n:
-            return eval_batches(self.data, self.split, direction, max_tokens, self.rank, self.world, tag, self.manifest)
+            return eval_batches(self.data, self.split, direction, batch_tokens, self.rank, self.world, tag, self.manifest)
         first, last = self.rank * n // self.world, (self.rank + 1) * n // self.world
-        return lines_between(eval_batches(self.data, self.split, direction, max_tokens, 0, 1, tag, self.manifest),
-                             first, last, pad, max_tokens)
+        return lines_between(eval_batches(self.data, self.split, direction, batch_tokens, 0, 1, tag, self.manifest),
+                             first, last, pad, batch_tokens)
 
     def _decode(self, model) -> tuple[dict[str, float], dict[str, dict]]:
         """Greedy translations of the first validation sentences of every direction on rank 0:
@@ -140,9 +140,9 @@ class Validator:
         return collectives.all_gather_object((scores, by_direction))[0]     # every rank logs the same numbers
 
 
-def lines_between(batches, first: int, last: int, pad: int, max_tokens: int):
+def lines_between(batches, first: int, last: int, pad: int, batch_tokens: int):
     """The rows of ``batches`` (from :func:`eval_batches`, length-sorted) whose corpus line
-    (counted from 1) is in ``(first, last]``, regrouped into batches of at most ``max_tokens``
+    (counted from 1) is in ``(first, last]``, regrouped into batches of at most ``batch_tokens``
     padded cells, so that validating on the head of a dev set costs forward passes in
     proportion to the rows kept, not to the dev set."""
     held: list[Batch] = []
@@ -153,7 +153,7 @@ def lines_between(batches, first: int, last: int, pad: int, max_tokens: int):
             continue
         part = _rows(batch, keep, pad)
         w = max(part.src_tokens.shape[1], part.tgt_tokens.shape[1])
-        if held and (rows + len(part)) * max(width, w) > max_tokens:
+        if held and (rows + len(part)) * max(width, w) > batch_tokens:
             yield _concat(held, pad)
             held, rows, width = [], 0, 0
         held.append(part)
