@@ -58,7 +58,7 @@ def cmd_build(args) -> int:
 
 def format_table(m: Manifest) -> str:
     lines = [f"languages: {' '.join(m.languages)}    central: {m.central_language or '(none)'}    "
-             f"vocab: {m.tokenizer.vocab_size}    max tokens: {m.max_tokens}",
+             f"vocab: {m.tokenizer.vocab_size}    max length: {m.max_length}",
              f"supervised: {' '.join(m.supervised)}",
              f"zero-shot:  {' '.join(m.zero_shot) or '(none)'}",
              *dependence_lines(m.supervised), ""]
