@@ -127,7 +127,7 @@ def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | 
         path = run_dir.parent / f"{run_dir.name}-ds.json"
         path.write_text(json.dumps(ds_config))
         ds_config = str(path)
-    train = {"data": args.data, "run_dir": str(run_dir), "ds_config": ds_config, "max_steps": 10 ** 9,
+    train = {"shards": args.data, "run_dir": str(run_dir), "ds_config": ds_config, "max_steps": 10 ** 9,
              "compile": compile_backend}
     optim = {"warmup_steps": 100, **({} if clip_norm is None else {"clip_norm": clip_norm})}
     recipe = {"preset": args.preset, "model": {"variant": args.variant},

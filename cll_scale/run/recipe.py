@@ -337,8 +337,8 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
 
 def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer,
                   where: str = "recipe") -> RunConfig:
-    """Resolve a recipe against a shard manifest's languages and tokenizer."""
-    recipe = upgrade(recipe, where)
+    """Resolve a recipe, as :func:`load_recipe` and :func:`apply_overrides` give it (old names
+    already read in their new places), against a shard manifest's languages and tokenizer."""
     check_sections(recipe, where)
     model_kw = dict(PRESETS[recipe.get("preset", "small")])
     model_kw.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
