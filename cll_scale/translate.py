@@ -21,7 +21,6 @@ from cll_scale.model.decoding import DecodeConfig
 log = logging.getLogger("cll_scale.translate")
 
 
-
 def split_lines(raw: bytes) -> list[str]:
     """One entry per input line: split on "\n" only (str.splitlines would also split on form
     feeds, U+2028 and friends and break line alignment); undecodable bytes become U+FFFD."""

@@ -207,4 +207,3 @@ def positive_int(text: str) -> int:
     return value
 
 
-

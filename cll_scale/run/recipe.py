@@ -255,7 +255,6 @@ def _numeric_kind(f: dataclasses.Field) -> type | None:
     return {"bool": bool, "int": int, "float": float}.get(names.pop()) if len(names) == 1 else None
 
 
-
 def _coerce(cls, section: str, kw: dict) -> dict:
     """Recipe values checked against their field: known names, numbers as :func:`coerce_number` says."""
     out = dict(kw)
@@ -332,7 +331,6 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
                (preset if section == "model" else {}).get(key, default_of(classes[section], key))
                for section, legacy in LEGACY.items() for key, old in legacy.items()}
     return {**unnamed, **named_rules(config)}
-
 
 
 def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer,

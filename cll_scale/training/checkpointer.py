@@ -27,12 +27,9 @@ from cll_scale.training.rundir import (BEST_EXPORT, META, CheckpointConfig, chec
                                        git_commit, has_checkpoints, latest_tag, resumable_tag, tag_for)
 
 
-
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written; the previous one is untouched."""
     exit_code = EXIT_FILES
-
-
 
 
 class Checkpointer:

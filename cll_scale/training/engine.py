@@ -46,7 +46,6 @@ def init_distributed() -> tuple[int, int, int]:
     return torch.distributed.get_rank(), torch.distributed.get_world_size(), local
 
 
-
 def device() -> torch.device:
     from deepspeed.accelerator import get_accelerator
     return torch.device(get_accelerator().current_device_name())
@@ -156,6 +155,5 @@ def consolidated_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]
     """fp32 weights gathered from a ZeRO checkpoint (any world size)."""
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
-
 
 

@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DS_CONFIGS = ROOT / "ds_configs"
 
 
-
 def default_ds_config(agree: Callable[[bool], bool] | None = None) -> tuple[Path, str]:
     """The engine settings ``auto`` stands for, and why: bf16 on a GPU; on a CPU bf16 only where
     a short matmul probe finds it faster than fp32. ``agree``: in a process group, the rule that
@@ -32,7 +31,6 @@ def default_ds_config(agree: Callable[[bool], bool] | None = None) -> tuple[Path
     name = "cpu_bf16.json" if faster else "cpu_fp32.json"
     return DS_CONFIGS / name, (f"bf16 matmuls run {speedup:.2f}x as fast as fp32 on this CPU"
                                + ("" if faster == (speedup > 1.1) else "; not on every rank's"))
-
 
 
 def resolve_ds_config(path: str | Path, agree: Callable[[bool], bool] | None = None) -> tuple[Path, str]:
@@ -70,6 +68,5 @@ def trained_precision(run_dir: Path) -> str | None:
     before it started."""
     path = Path(run_dir) / "ds_config.json"
     return precision(json.loads(path.read_text())) if path.is_file() else None
-
 
 
