@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from diagnostics_table import SPLITS, print_nll_table, print_question_table  # noqa: E402
 
+from cll_scale.evaluation.report import EvalReport  # noqa: E402
+
 R1, R2 = "diagnostics", "diagnostics-2"
 STUDY, DEFAULTS = "triangle-seeds", "study-defaults/triangle-seeds"
 # Every model the page reads, by label: (report folder under docs/results, model in the report).
@@ -98,10 +100,10 @@ def off_target(results: Path, label: str) -> list[float] | None:
     found = []
     for split in SPLITS:
         path = results / report / f"{split}.json"
-        models = json.loads(path.read_text())["models"] if path.is_file() else {}
+        models = EvalReport.from_json(json.loads(path.read_text())).models if path.is_file() else {}
         if model not in models:
             return None
-        found.append(models[model]["averages"]["zero-shot"]["off_target"])
+        found.append(models[model].average("zero-shot", "off_target"))
     return found
 
 

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from study_table import at_nll  # noqa: E402
 
+from cll_scale.evaluation.report import EvalReport  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
 
 # (question, report, model): the issue's table, in its order.
@@ -51,20 +52,20 @@ def record_of(report: Path, model: str) -> Path:
 
 def model_row(question: str, label: str, report: Path, name: str) -> tuple[str, list[dict] | None]:
     """One row of the question table, and the model's validation rows (None: not trained yet)."""
-    models = [json.loads((report / f"{s}.json").read_text())["models"] if (report / f"{s}.json").is_file() else {}
-              for s in SPLITS]
+    models = [EvalReport.from_json(json.loads((report / f"{s}.json").read_text())).models
+              if (report / f"{s}.json").is_file() else {} for s in SPLITS]
     if name not in models[0]:
         return f"| {question} | {label} | not trained | | | | |", None
-    a = [m[name]["averages"] for m in models]
-    off = [m.get(f"{name} (LSL off)", {}).get("averages") for m in models]
+    a = [m[name] for m in models]
+    off = [m.get(f"{name} (LSL off)") for m in models]
     rows = [r for r in read_rows(record_of(report, name) / "metrics.jsonl") if "valid_zero_shot_offtarget" in r]
     by_step = {r["step"]: r["valid_zero_shot_offtarget"] for r in rows}
     return (f"| {question} | {label} "
-            f"| {pct(a[0]['zero-shot']['off_target'])} / {pct(a[0]['zero-shot']['lingua_off_target'])} "
-            f"({pct(a[1]['zero-shot']['off_target'])}) "
-            f"| {a[0]['zero-shot']['bleu']:.2f} ({a[1]['zero-shot']['bleu']:.2f}) "
-            f"| {a[0]['supervised']['bleu']:.2f} ({a[1]['supervised']['bleu']:.2f}) "
-            f"| {pct(off[0]['zero-shot']['off_target']) if off[0] else '–'} "
+            f"| {pct(a[0].average('zero-shot', 'off_target'))} / {pct(a[0].average('zero-shot', 'lingua_off_target'))} "
+            f"({pct(a[1].average('zero-shot', 'off_target'))}) "
+            f"| {a[0].average('zero-shot', 'bleu'):.2f} ({a[1].average('zero-shot', 'bleu'):.2f}) "
+            f"| {a[0].average('supervised', 'bleu'):.2f} ({a[1].average('supervised', 'bleu'):.2f}) "
+            f"| {pct(off[0].average('zero-shot', 'off_target')) if off[0] else '–'} "
             f"| {' / '.join(f'{by_step[s]:.0f}' if s in by_step else '–' for s in STEPS)}% |"), rows
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.evaluation.report import EvalReport  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
 
 MODELS = ("baseline", "fcll")
@@ -56,22 +57,22 @@ def model_name(names, variant: str) -> str | None:
     return next((n for n in names if n.split()[0] == variant and "(" not in n), None)
 
 
-def scores(report: dict) -> dict[str, dict]:
+def scores(report: EvalReport) -> dict[str, dict]:
     """Per variant: its name in the report, BLEU, and the zero-shot off-target count over every
     zero-shot sentence (each direction's rate times its sentences)."""
     out = {}
     for variant in MODELS:
-        name = model_name(report["models"], variant)
+        name = model_name(report.models, variant)
         if name is None:
             continue
-        model = report["models"][name]
-        zero = [d for d in model["directions"] if d["kind"] == "zero-shot"]
-        n = sum(d["n"] for d in zero)
-        k = round(sum(d["off_target"] * d["n"] / 100 for d in zero))
-        avg = model["averages"]
-        out[variant] = {"name": name, "sup_bleu": avg["supervised"]["bleu"], "zs_bleu": avg["zero-shot"]["bleu"],
+        model = report.models[name]
+        zero = [d for d in model.directions if d.kind == "zero-shot"]
+        n = sum(d.n for d in zero)
+        k = round(sum(d.off_target * d.n / 100 for d in zero))
+        out[variant] = {"name": name, "sup_bleu": model.average("supervised", "bleu"),
+                        "zs_bleu": model.average("zero-shot", "bleu"),
                         "off": 100 * k / n if n else float("nan"), "k": k, "n": n, "ci": wilson(k, n),
-                        "per_direction": {d["direction"]: (d["off_target"], d["n"]) for d in zero}}
+                        "per_direction": {d.direction: (d.off_target, d.n) for d in zero}}
     return out
 
 
@@ -168,7 +169,7 @@ def longer(condition: str, split: str) -> list[str]:
         path = folder / f"{split}.json"
         if not path.is_file():
             continue
-        ref = scores(json.loads(path.read_text()))
+        ref = scores(EvalReport.from_json(json.loads(path.read_text())))
         line = "; ".join(f"{v} {s['off']:.1f}% zero-shot off-target, supervised BLEU {s['sup_bleu']:.1f}"
                          for v, s in ref.items())
         out.append(f"  {steps:,} steps ({recipe}; {folder.relative_to(ROOT)}): {line}")
@@ -212,7 +213,7 @@ def chart(now: dict[str, dict], path: Path) -> Path | None:
 
 
 def summary(report_dir: Path, split: str, corpus: Path | None, runs: Path | None, condition: str) -> str:
-    report = json.loads((report_dir / f"{split}.json").read_text())
+    report = EvalReport.from_json(json.loads((report_dir / f"{split}.json").read_text()))
     now = scores(report)
     png = chart(now, report_dir / "quickstart.png")
     out = ["", f"== The quickstart: Baseline against FCLL, Multi30k {condition}, {split} ==", ""]

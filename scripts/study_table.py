@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cll_scale.training.metrics import read_rows  # noqa: E402
+from cll_scale.evaluation.report import EvalReport, ModelEntry  # noqa: E402
 from cll_scale.repro.report import mean_std  # noqa: E402
 
 # The study's variants in the order of its tables, with the names its prose uses (paper §3; SD's two
@@ -46,21 +47,21 @@ def seed_list(seeds: dict[int, object]) -> str:
     return ",".join(map(str, sorted(seeds)))
 
 
-def by_variant(models: dict[str, dict]) -> dict[tuple[str, bool], dict[int, dict]]:
-    """(variant, LSL off) -> seed -> averages, in the study's order; a model name that is not
+def by_variant(models: dict[str, ModelEntry]) -> dict[tuple[str, bool], dict[int, ModelEntry]]:
+    """(variant, LSL off) -> seed -> entry, in the study's order; a model name that is not
     ``<variant> seed<N>[ (LSL off)]`` is an error (this reads seed reports only)."""
-    rows: dict[tuple[str, bool], dict[int, dict]] = {}
+    rows: dict[tuple[str, bool], dict[int, ModelEntry]] = {}
     for name, entry in models.items():
         m = NAME.match(name)
         if m is None:
             raise ValueError(f"model {name!r} is not '<variant> seed<N>': not a --seeds report")
-        rows.setdefault((m["variant"], bool(m["off"])), {})[int(m["seed"])] = entry["averages"]
+        rows.setdefault((m["variant"], bool(m["off"])), {})[int(m["seed"])] = entry
     return dict(sorted(rows.items(), key=lambda item: (*study_order(item[0][0]), item[0][1])))
 
 
-def cell(rows: list[dict], group: str, key: str, unit: str = "") -> str:
+def cell(rows: list[ModelEntry], group: str, key: str, unit: str = "") -> str:
     """A figure some seeds lack (scored without lingua) is a dash, not a mean over fewer seeds."""
-    values = [r[group][key] for r in rows if key in r.get(group, {})]
+    values = [v for r in rows if (v := r.average(group, key)) is not None]
     return mean_std(values, unit) if len(values) == len(rows) else "–"
 
 
@@ -72,7 +73,7 @@ def table(reports: dict[str, Path], split: str) -> str:
         path = folder / f"{split}.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no merged report of {split} (run cll-repro --seeds first)")
-        variants = by_variant(json.loads(path.read_text(encoding="utf-8"))["models"])
+        variants = by_variant(EvalReport.from_json(json.loads(path.read_text(encoding="utf-8"))).models)
         for i, ((variant, off), seeds) in enumerate(variants.items()):
             rows = [seeds[s] for s in sorted(seeds)]
             label = LABELS.get(variant, variant) + (", LSL off" if off else "")

@@ -514,16 +514,16 @@ def test_study_table_averages_each_settings_seeds(tmp_path):
     report without seeds or a bad --at-nll."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from study_table import curve_table, load, main, nll_table, table
-    models = json.loads((ROOT / "docs" / "results" / "triangle-seeds" / "test_2016_flickr.json").read_text())["models"]
-    a, b = models["baseline seed1"], models["fcll seed1"]
+    report = json.loads((ROOT / "docs" / "results" / "triangle-seeds" / "test_2016_flickr.json").read_text())
+    a, b = report["models"]["baseline seed1"], report["models"]["fcll seed1"]
     no_lingua = {**b, "averages": {g: {k: v for k, v in row.items() if not k.startswith("lingua")}
                                    for g, row in b["averages"].items()}}
     (tmp_path / "one").mkdir()
-    (tmp_path / "one" / "test_2016_flickr.json").write_text(json.dumps({"models": {
+    (tmp_path / "one" / "test_2016_flickr.json").write_text(json.dumps({**report, "models": {
         "sd_attn seed1": a, "fcll seed1 (LSL off)": b, "baseline seed2": b, "baseline seed1": a,
         "fcll seed1": a, "fcll seed2": no_lingua}}))
     (tmp_path / "two").mkdir()
-    (tmp_path / "two" / "test_2016_flickr.json").write_text(json.dumps({"models": {"baseline seed3": b}}))
+    (tmp_path / "two" / "test_2016_flickr.json").write_text(json.dumps({**report, "models": {"baseline seed3": b}}))
     rows = table({"small": tmp_path / "one", "paper_small": tmp_path / "two"}, "test_2016_flickr").splitlines()[2:]
     cells = [[c.strip() for c in row.split("|")[1:-1]] for row in rows]
     assert [c[:3] for c in cells] == [["`small`", "Baseline", "1,2"], ["", "FCLL", "1,2"], ["", "FCLL, LSL off", "1"],
@@ -552,7 +552,7 @@ def test_study_table_averages_each_settings_seeds(tmp_path):
     with pytest.raises(SystemExit):
         main([f"small={tmp_path / 'one'}", "--at-nll", "2.x"])
     (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "test_2016_flickr.json").write_text(json.dumps({"models": {"baseline": a}}))
+    (tmp_path / "bad" / "test_2016_flickr.json").write_text(json.dumps({**report, "models": {"baseline": a}}))
     assert main([f"x={tmp_path / 'bad'}", "--splits", "test_2016_flickr"]) == 1
     assert main([f"x={tmp_path / 'absent'}"]) == 1
 
