@@ -1,7 +1,7 @@
 """Speed of the CLL Transformer's training step, as ratios measured side by side in one run.
 
     python bench/bench_model.py                 # everything that runs here (CPU)
-    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, dtype, storage, ranks
+    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, storage, ranks, profile
     python bench/bench_model.py --device cuda --preset base   # unchanged on a GPU machine
 
 Parts (each interleaves its contenders step by step and compares medians):
@@ -13,9 +13,12 @@ Parts (each interleaves its contenders step by step and compares medians):
               weights built from a config (no download), fp32 and bf16 (target ≥ 1.0).
 * ``mfu``     achieved FLOP/s ÷ measured peak matmul FLOP/s, fp32, `small` and `base`
               (targets ≥ 60% and ≥ 70%), and bf16's speed-up over fp32 (with the matmuls a bf16
-              run gets: in fp32 on bf16 values on a CPU without bf16 units, cll_scale.training.precision).
+              run gets: in fp32 on bf16 values on a CPU without bf16 units, cll_scale.model.bf16).
 * ``ranks``   2 ranks × 1 thread ÷ 1 rank × 1 thread tokens/s through cll-train and DeepSpeed
               (target ≥ 1.8).
+* ``profile`` where the plain step's time goes (torch.profiler): each phase's share (forward and
+              loss, backward, optimizer), the ten ops with the most self time, and the ops dispatched
+              per step (leaf aten ops, each a kernel launch on a GPU), fp32 and bf16.
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
 (``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
@@ -262,7 +265,67 @@ def part_ranks(args, device):
              "scaling": res["2 ranks"] / res["1 rank"]}]
 
 
-PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks}
+def profiled_step(model, opt, batch):
+    """:func:`our_step` with its three phases labelled for the profiler."""
+    from torch.profiler import record_function
+    src, tgt, lang = batch
+    with record_function("phase: forward + loss"):
+        logits = model(src, model.shift_right(tgt), lang)
+        loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
+    with record_function("phase: backward"):
+        (loss / tgt.numel()).backward()
+    with record_function("phase: optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def leaf_ops(events) -> list:
+    """The aten ops that call no other aten op: what would each be a kernel on a GPU."""
+    return [e for e in events if e.name.startswith("aten::")
+            and not any(c.name.startswith("aten::") for c in e.cpu_children)]
+
+
+def part_profile(args, device):
+    """Where a plain step's time goes (issue 54), from torch.profiler over ``--profile-steps`` steps:
+    the share of each phase, the ten ops with the most self time, and the ops dispatched per step
+    (leaf aten ops: each would be a kernel launch on a GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+    rows = []
+    b, s, t = args.shape
+    for dtype in args.dtypes:
+        model = make_model(args.preset, "baseline", args.vocab, device, dtype)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
+        name = "bf16" if dtype == torch.bfloat16 else "fp32"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with matmul_mode(name, device):
+            for _ in range(2):
+                profiled_step(model, opt, batch)
+            sync(device)
+            with profile(activities=activities) as prof:
+                for _ in range(args.profile_steps):
+                    profiled_step(model, opt, batch)
+                sync(device)
+        events = prof.events()
+        phases = {e.name[len("phase: "):]: 0.0 for e in events if e.name.startswith("phase: ")}
+        for e in events:
+            if e.name.startswith("phase: "):
+                phases[e.name[len("phase: "):]] += e.cpu_time_total
+        total = sum(phases.values())
+        averages = prof.key_averages()
+        self_total = sum(e.self_cpu_time_total for e in averages if not e.key.startswith("phase: "))
+        top = sorted((e for e in averages if not e.key.startswith("phase: ")),
+                     key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
+        rows.append({"preset": args.preset, "dtype": name, "step_ms": total / args.profile_steps / 1e3,
+                     "phases": {k: round(v / total, 3) for k, v in phases.items()},
+                     "ops_per_step": len(leaf_ops(events)) / args.profile_steps,
+                     "top_self_time": [(e.key, round(e.self_cpu_time_total / self_total, 3),
+                                        round(e.count / args.profile_steps, 1)) for e in top]})
+    return rows
+
+
+PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks,
+         "profile": part_profile}
 
 
 def main(argv=None) -> int:
@@ -275,6 +338,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rank-steps", type=int, default=40)
+    p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--shards", default=str(ROOT / "data" / "shards" / "multi30k-centered"))
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="GPU dense bf16 peak for MFU (default: the datasheet figure of the device, by name)")

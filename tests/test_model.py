@@ -315,3 +315,28 @@ def test_the_names_that_extend_edits_are_the_models_own():
     names = dict(CLLTransformer(cfg).named_parameters())
     assert CLLTransformer.EMBEDDING in names
     assert [CLLTransformer.lsl_name(i) for i in range(len(cfg.lsl_languages))] == [n for n in names if n.startswith("lsl.")]
+
+
+def test_a_bf16_training_pass_on_a_cpu_attends_with_the_math_kernel_and_the_same_numbers():
+    """Issue 54: on a CPU in bf16 the flash kernel's backward was a quarter of the step; training
+    there takes the math kernel. Inference, fp32 and other devices keep PyTorch's choice. The
+    output and gradients are fp32's up to bf16 rounding."""
+    import copy
+
+    from cll_scale.model.model import Attention, attention_kernel
+    math_kernel = type(torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH))
+    q = torch.zeros(2, 4, 5, 16, dtype=torch.bfloat16)
+    assert isinstance(attention_kernel(q), math_kernel)
+    with torch.no_grad():
+        assert not isinstance(attention_kernel(q), math_kernel)
+    assert not isinstance(attention_kernel(q.float()), math_kernel)
+    torch.manual_seed(0)
+    attn = Attention(64, 4, 0.0, cross=False)
+    x = torch.randn(3, 7, 64, requires_grad=True)
+    ref = attn(x, causal=True)
+    ref.square().sum().backward()
+    x16 = x.detach().to(torch.bfloat16).requires_grad_()
+    out = copy.deepcopy(attn).to(torch.bfloat16)(x16, causal=True)
+    out.float().square().sum().backward()
+    assert torch.allclose(out.float(), ref.detach(), atol=3e-2, rtol=3e-2)
+    assert torch.allclose(x16.grad.float(), x.grad, atol=5e-2, rtol=5e-2)

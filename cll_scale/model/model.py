@@ -22,6 +22,7 @@ The speed is the same: a language-homogeneous batch does one matmul either way
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from cll_scale.core.compat import pack_per_layer_lsl
 from cll_scale.model.config import ModelConfig
@@ -57,6 +59,16 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     bits = torch.randint(-2 ** 31, 2 ** 31 - 1, (x.numel() // 2,), dtype=torch.int32, device=x.device)
     keep = bits.view(torch.int16).view(x.shape) >= int(round(p * 65536)) - 32768
     return x * keep * (1.0 / (1.0 - p))      # bool × x casts inside the kernel, no copy
+
+
+def attention_kernel(q: torch.Tensor) -> contextlib.AbstractContextManager:
+    """The attention kernel for a training pass. On a CPU in bf16 the flash kernel's backward took
+    a quarter of the `small` step (26% of its self time, issue 54's profile: ``bench_model.py
+    --only profile``) and the math kernel trains the whole step about 1.15x as fast; elsewhere
+    (fp32 on a CPU, a GPU, and inference) PyTorch's own choice is kept."""
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled():
+        return sdpa_kernel(SDPBackend.MATH)
+    return contextlib.nullcontext()
 
 
 class Attention(nn.Module):
@@ -103,8 +115,9 @@ class Attention(nn.Module):
         if self.keep_weights:
             y = self._attend_keeping_weights(q, k, v, mask, causal)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
-                                               dropout_p=self.dropout if self.training else 0.0)
+            with attention_kernel(q):
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal,
+                                                   dropout_p=self.dropout if self.training else 0.0)
         if g > 1:
             y = y.view(k.shape[0], h, g, t, dh).transpose(1, 2).reshape(b, h, t, dh)
         return self.out(y.transpose(1, 2).reshape(b, t, h * dh))
