@@ -53,3 +53,30 @@ def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tm
     assert proc.returncode == 130, stderr[-3000:]
     assert "cll-eval: interrupted" in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert list(tmp_path.iterdir()) == []          # an interrupted evaluation leaves nothing behind
+
+
+def test_a_ctrl_c_while_a_scoring_worker_starts_is_raised_once_it_has_started(monkeypatch):
+    """The Ctrl-C may reach another thread of the command (torch's, the pool's), which would have
+    Python raise KeyboardInterrupt in the middle of starting a worker: the worker then read an
+    empty pipe and printed a traceback of its own. It is held back until the start is done."""
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    from cll_scale.evaluation.pool import _ScoringPool
+    started, stop = [], threading.Event()
+    other = threading.Thread(target=stop.wait)          # a thread that does not block SIGINT
+    other.start()
+
+    def starting(self, fn, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)             # the Ctrl-C lands while the worker starts
+        time.sleep(0.3)
+        started.append(fn)
+        return "future"
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", starting)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _ScoringPool(1).submit(print)
+    finally:
+        stop.set()
+        other.join()
+    assert started == [print]

@@ -60,7 +60,8 @@ def prepare(translator: Translator, src_text: str, tgt_lang: str, tgt_text: str 
     if tgt_text is None:
         tgt_text = translator.translate([src_text], tgt_lang, omit_tag=omit_tag)[0]
     src_ids = translator.encode(src_text.strip(), tgt_lang, omit_tag)
-    tgt_ids = target_ids(translator.sp.encode(tgt_text.strip())[:translator.model.cfg.max_positions - 2], translator.eos)
+    longest = translator.model.cfg.max_positions - 2
+    tgt_ids = target_ids(translator.sp.encode(tgt_text.strip())[:longest], translator.eos)
     sp, device = translator.sp, translator.device
     return Example(src_text, tgt_text, tgt_lang, torch.tensor([src_ids], device=device),
                    torch.tensor([[translator.bos] + tgt_ids[:-1]], device=device),

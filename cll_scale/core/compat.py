@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 
 # Kept (the committed records and reports of docs/results were trained before it). The training
-# rules whose default changed (issue 34), and what a config written before they
-# existed meant by their absence: records, exports and resumed runs from before were trained with
-# one direction a step and the LSL dropped twice. (A resumed run's stream state names its mixing
+# rules whose default changed (issue 34), and what a config written before they existed meant by
+# their absence: records, exports and resumed runs from before were trained with one direction a
+# step and the LSL dropped twice. (A resumed run's stream state names its mixing
 # itself; cll-repro keeps one rule per study, records.check_one_rule.)
 LEGACY = {"model": {"lsl_dropout": "double"}, "data": {"mixing": "direction"}}
 LEGACY_MODEL = LEGACY["model"]
@@ -21,13 +21,14 @@ RULES = tuple(f"{section}.{key}" for section, legacy in LEGACY.items() for key i
 
 # May go in v0.2.0. Settings that lived in ``train`` before the sections (issue 36), read with a
 # one-line notice; config.json files of runs trained before are read the same way.
-MOVED_TO_SECTIONS = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule_offset", "betas", "eps",
-                                                  "weight_decay", "clip_norm")},
-         "train.ckpt_every": "checkpoint.every", "train.keep_last": "checkpoint.keep_last",
-         "train.export": "checkpoint.export", "train.valid_every": "valid.every",
-         "train.valid_max_batches": "valid.max_batches", "train.valid_max_sentences": "valid.max_sentences",
-         "train.valid_decode_sentences": "valid.decode_sentences", "train.best_metric": "valid.best_metric",
-         "train.log_every": "log.every"}
+MOVED_TO_SECTIONS = {
+    **{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps", "schedule_offset", "betas", "eps", "weight_decay",
+                                            "clip_norm")},
+    "train.ckpt_every": "checkpoint.every", "train.keep_last": "checkpoint.keep_last",
+    "train.export": "checkpoint.export", "train.valid_every": "valid.every",
+    "train.valid_max_batches": "valid.max_batches", "train.valid_max_sentences": "valid.max_sentences",
+    "train.valid_decode_sentences": "valid.decode_sentences", "train.best_metric": "valid.best_metric",
+    "train.log_every": "log.every"}
 
 # May go in v0.3.0. Names that changed with issue 53: three settings were all called max_tokens
 # (the stream's microbatch budget is now data.batch_tokens, the shards' length filter max_length,
@@ -35,7 +36,8 @@ MOVED_TO_SECTIONS = {**{f"train.{k}": f"optim.{k}" for k in ("lr", "warmup_steps
 # stream's section (it is train.shards; the flag stays --data). Old flags are kept as aliases.
 RENAMED = {"data.max_tokens": "data.batch_tokens", "train.data": "train.shards"}
 MOVED = {**MOVED_TO_SECTIONS, **RENAMED}
-OLD_FLAGS = {"--batch-tokens": ("--max-tokens",), "--max-length": ("--max-tokens",), "--beam-tokens": ("--max-tokens",)}
+OLD_FLAGS = {"--batch-tokens": ("--max-tokens",), "--max-length": ("--max-tokens",),
+             "--beam-tokens": ("--max-tokens",)}
 MANIFEST_RENAMED = {"max_tokens": "max_length"}            # shard manifests of schema version 1
 FINE_TUNING_RENAMED = {"max_tokens": "batch_tokens"}       # cll-bt's and cll-extend's settings.json
 

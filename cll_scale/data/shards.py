@@ -45,7 +45,8 @@ class BuildConfig:
     spm_temperature: float = field(default=5.0, metadata={"help": "language balancing for the vocabulary"})
     spm_sentences: int = field(default=1_000_000, metadata={"help": "sampled sentences to learn from"})
     character_coverage: float = field(default=0.9995, metadata={"help": "SentencePiece character coverage"})
-    max_length: int = field(default=256, metadata={"help": "filter training pairs longer than this many subwords (counted)"})
+    max_length: int = field(default=256, metadata={
+        "help": "filter training pairs longer than this many subwords (counted)"})
     block_rows: int = field(default=1024, metadata={"help": "rows per Arrow record batch: the unit of shuffling"})
     shard_rows: int = field(default=1_000_000, metadata={"help": "rows per shard file at most"})
     compression: str | None = field(default="zstd", metadata={"help": "Arrow IPC compression",

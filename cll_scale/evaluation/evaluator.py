@@ -146,7 +146,8 @@ def compare(translators: dict[str, Translator], pairs: dict[str, tuple[list[str]
             hyps_out: str | Path | None = None, omit_lang_tag: bool = False) -> EvalReport:
     """Evaluate several models on the same pairs: the report behind every table of the project.
     Scoring goes to ``pool`` (:func:`cll_scale.evaluation.pool.lid_pool`; inline without one); ``hyps_out`` gets
-    ``<model>/<setting>/<direction>.txt``. See :func:`cll_scale.evaluation.report.summarize` for the cross-model part."""
+    ``<model>/<setting>/<direction>.txt``. The cross-model part:
+    :func:`cll_scale.evaluation.report.summarize`."""
     directions = select_directions(pairs, directions, test_set)
     check_file_names(translators)
     entries: dict[str, ModelEntry] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
@@ -21,16 +22,29 @@ def _worker_init() -> None:
 class _ScoringPool(ProcessPoolExecutor):
     """A spawned worker spends seconds starting Python and importing torch before its initializer
     runs; a Ctrl-C then would kill it with a traceback of its own. ``submit`` starts the workers, so
-    it runs with SIGINT blocked (the mask is per thread, so any thread may call it): the child
-    inherits the mask through fork and exec, and the calling thread's own Ctrl-C is delivered as
-    soon as the mask is restored, so nothing is lost."""
+    it runs with SIGINT blocked: the child inherits the mask through fork and exec.
+
+    The mask is the calling thread's only. The kernel may hand the Ctrl-C to another thread of the
+    command (torch's, the pool's manager), and Python would then raise KeyboardInterrupt in this one
+    in the middle of starting a worker, before it was sent what it needs (it printed
+    ``EOFError: Ran out of input``). So in the main thread the interrupt is also held back until
+    the worker is started, then raised."""
 
     def submit(self, fn, /, *args, **kwargs):
+        held = []
+        main = threading.current_thread() is threading.main_thread()
+        handler = signal.signal(signal.SIGINT, lambda *_: held.append(True)) if main else None
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             return super().submit(fn, *args, **kwargs)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            if main:
+                signal.signal(signal.SIGINT, handler)
+                if held and callable(handler):
+                    handler(signal.SIGINT, None)          # Python's own raises KeyboardInterrupt
+                elif held and handler == signal.SIG_DFL:
+                    raise KeyboardInterrupt
 
 
 @contextmanager

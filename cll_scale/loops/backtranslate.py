@@ -203,7 +203,8 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
 def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
     # More epochs or another evaluation may be asked of a run.
     return finetune.run_command("cll-bt", cfg, restart, {"epochs", "eval_splits", "eval_max_sentences", "eval_beam"},
-                                BTConfig.check, lambda rank, world, device, manifest: epochs(cfg, manifest, rank, world, device))
+                                BTConfig.check,
+                                lambda rank, world, device, manifest: epochs(cfg, manifest, rank, world, device))
 
 
 def epochs(cfg: BTConfig, manifest: Manifest, rank: int, world: int, device) -> Comparison:

@@ -224,7 +224,8 @@ class FineTuneSettings:
     """What cll-bt's and cll-extend's configs share: the training microbatch, the engine, and the
     before/after evaluation. The help texts are their flags (cll_scale.core.cli.add_config_arguments)."""
 
-    batch_tokens: int = field(default=4096, metadata={"help": "padded tokens per training microbatch (data.batch_tokens)"})
+    batch_tokens: int = field(default=4096, metadata={
+        "help": "padded tokens per training microbatch (data.batch_tokens)"})
     ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
     eval_splits: list[str] = field(default_factory=list, metadata={
         "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})

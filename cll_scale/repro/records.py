@@ -57,9 +57,9 @@ def finished(run_dir: Path, budget: Budget, state: dict | None = None) -> bool:
 
 def training_identity(recipe: Path, overrides: list[str], budget: Budget) -> dict:
     """What decides a trained model: the recipe's settings, the overrides and the budget. The
-    settings are hashed as read (moved settings in their sections, keys sorted), so rewording a
-    recipe's comments or moving a setting to its section keeps its records."""
-    settings = {k: v for k, v in as_first_named(load_recipe(recipe)).items() if v not in ({}, None)}   # `train:` emptied
+    settings are hashed as read (moved settings in their sections, renamed ones under their first
+    names, empty sections left out, keys sorted), so rewording a recipe keeps its records."""
+    settings = {k: v for k, v in as_first_named(load_recipe(recipe)).items() if v not in ({}, None)}
     return {"recipe": recipe.name,
             "recipe_settings_sha256": hashlib.sha256(json_text(settings, sort_keys=True).encode()).hexdigest(),
             "recipe_sha256": hashlib.sha256(recipe.read_bytes()).hexdigest(),
