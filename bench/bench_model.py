@@ -25,6 +25,7 @@ On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -307,7 +308,7 @@ def part_profile(args, device):
                     profiled_step(model, opt, batch)
                 sync(device)
         events = prof.events()
-        phases = {e.name[len("phase: "):]: 0.0 for e in events if e.name.startswith("phase: ")}
+        phases = collections.Counter()
         for e in events:
             if e.name.startswith("phase: "):
                 phases[e.name[len("phase: "):]] += e.cpu_time_total

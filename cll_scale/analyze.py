@@ -36,6 +36,7 @@ from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_i
                                 positive_int, run)
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.data.languages import Direction
+from cll_scale.evaluation.plots import plot_attention, plot_attribution
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
@@ -176,7 +177,6 @@ def attribution_cli(args, command: str) -> int:
 
 
 def attribute_into(out: Path, args, command: str, budget: MemoryBudget) -> int:
-    from cll_scale.evaluation.plots import plot_attribution
     todo = sentences(args, args.sentences)
     translator = load(args.model, args)
     if not translator.model.cfg.cll_layers:
@@ -217,7 +217,6 @@ def attention_cli(args, command: str) -> int:
 
 
 def attention_into(out: Path, args, command: str, models: dict[str, str]) -> int:
-    from cll_scale.evaluation.plots import plot_attention
     todo = sentences(args, args.index + 1)
     if len(todo) <= args.index:
         raise ValueError(f"--index {args.index}: the direction has {len(todo)} sentences")

@@ -54,16 +54,20 @@ def as_first_named(recipe: dict) -> dict:
     return out
 
 
+def _renamed(d: dict, names: dict[str, str]) -> dict:
+    return {names.get(k, k): v for k, v in d.items()}
+
+
 def upgrade_manifest(d: dict) -> dict:
     """A shard manifest in schema version 2 (version 1 called max_length max_tokens)."""
     if d.get("schema_version") != 1:
         return dict(d)
-    return {**{MANIFEST_RENAMED.get(k, k): v for k, v in d.items()}, "schema_version": 2}
+    return {**_renamed(d, MANIFEST_RENAMED), "schema_version": 2}
 
 
 def upgrade_fine_tuning_settings(settings: dict) -> dict:
     """The settings a cll-bt / cll-extend run recorded, under today's names."""
-    return {FINE_TUNING_RENAMED.get(k, k): v for k, v in settings.items()}
+    return _renamed(settings, FINE_TUNING_RENAMED)
 
 
 def upgrade(recipe: dict, where: str = "") -> dict:
@@ -109,16 +113,19 @@ def upgrade_client_state(client: dict) -> dict:
     return {"train": train, "stream": streams, "rng": client["rng"]}
 
 
-# Kept. Evaluation entries (cll-eval's results.json, cll-repro's cached evaluations) written before the
-# skipped directions, the language identifiers, the timing and the central language were recorded
-# (22 entries of docs/results' oldest reports), read with what they were: nothing skipped,
-# langdetect alone. Kept while committed reports hold such entries.
-ENTRY_DEFAULTS = {"skipped": {}, "lid": ["langdetect"], "timing": {}, "central_language": None}
+# Kept. Evaluation reports and entries (cll-eval's results.json, cll-repro's cached evaluations)
+# written before the skipped directions, the language identifiers, the timing and the central
+# language were recorded (docs/results' oldest: 6 reports, 22 entries), read with what they were:
+# nothing skipped, langdetect alone. Kept while committed reports hold them.
+def upgrade_report(report: dict) -> dict:
+    """An evaluation report with the language identifiers it was scored with (the oldest name none)."""
+    return {"lid": ["langdetect"], **report}
 
 
 def upgrade_entry(entry: dict) -> dict:
-    """An evaluation entry with every key today's reader expects."""
-    return {**ENTRY_DEFAULTS, **entry} if ENTRY_DEFAULTS.keys() - entry.keys() else entry
+    """An evaluation entry with every key today's reader expects (fresh defaults each time: an
+    entry's lists and dicts are its own)."""
+    return {"skipped": {}, "lid": ["langdetect"], "timing": {}, "central_language": None, **entry}
 
 
 # May go in v0.2.0: exports written before the LSLs moved into one Parameter per language (issue 38).

@@ -19,6 +19,7 @@ import pyarrow as pa
 import sentencepiece as spm
 from tqdm.auto import tqdm
 
+from cll_scale import __version__
 from cll_scale.core.cli import non_negative_int
 from cll_scale.core.clock import StageClock
 from cll_scale.core.outputs import atomic_dir, check_output
@@ -266,7 +267,6 @@ def build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path, clock: StageClock) -
         file=model_path.name, sha256=sha256_file(model_path), vocab_size=sp.get_piece_size(),
         pad_id=sp.pad_id(), unk_id=sp.unk_id(), bos_id=sp.bos_id(), eos_id=sp.eos_id(),
         lang_tag_ids={x: sp.piece_to_id(lang_tag(x)) for x in corpus.languages})
-    from cll_scale import __version__
     manifest = Manifest(
         languages=corpus.languages, central_language=corpus.central,
         supervised=[str(d) for d in corpus.supervised], zero_shot=[str(d) for d in corpus.zero_shot],

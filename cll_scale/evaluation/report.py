@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from cll_scale.core.compat import upgrade_entry
+from cll_scale.core.compat import upgrade_entry, upgrade_report
 from cll_scale.core.outputs import json_text, write_atomic
+from cll_scale.evaluation.plots import plot_bleu_offtarget, plot_t_weights
 from cll_scale.evaluation.scoring import DirectionResult, averages
 
 
@@ -82,7 +83,8 @@ class EvalReport:
 
     @classmethod
     def from_json(cls, d: dict) -> "EvalReport":
-        return cls(d["test_set"], d["beam"], d.get("lid", ["langdetect"]),
+        d = upgrade_report(d)
+        return cls(d["test_set"], d["beam"], d["lid"],
                    {name: ModelEntry.from_json(e) for name, e in d["models"].items()},
                    d.get("common_directions"), d.get("bleu_signature", ""))
 
@@ -167,7 +169,6 @@ def summarize(entries: dict[str, ModelEntry], test_set: str, beam: int, lid: tup
 
 def write_report(report: EvalReport, out: str | Path) -> str:
     """results.json, results.md and the two plots into ``out``; returns the markdown."""
-    from cll_scale.evaluation.plots import plot_bleu_offtarget, plot_t_weights
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "results.json", json_text(report.to_json(), indent=1, ensure_ascii=False))

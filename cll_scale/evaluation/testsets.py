@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cll_scale.data.corpora import canonical_split, detect_format, read_multiway, read_opus100, split_names
 from cll_scale.data.manifest import Manifest
 
 
@@ -26,7 +27,6 @@ def pairs_from_shards(shard_dir: str | Path, split: str, manifest: Manifest | No
 
 def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, tuple[list[str], list[str]]]:
     """Raw test text straight from a corpus (multi-way ``{split}.{lang}`` or OPUS-100 layout)."""
-    from cll_scale.data.corpora import canonical_split, detect_format, read_multiway, read_opus100, split_names
     fmt = detect_format(path)
     if fmt == "multiway":
         # valid / val / dev name one split: take whichever the corpus has files for.

@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest, Shard
+from cll_scale.data.shards import BuildConfig, link_shards, write_direction
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.loops import finetune
 from cll_scale.loops.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
@@ -150,7 +151,6 @@ def generate(cfg: BTConfig, manifest: Manifest, translator: Translator, epoch: i
 
 def build_epoch_data(cfg: BTConfig, manifest: Manifest, epoch: int, n_chunks: int, sp) -> Path:
     """Real shards (linked) + pseudo pairs as one shard directory ``data/epoch-K``."""
-    from cll_scale.data.shards import BuildConfig, link_shards, write_direction
     data, out = Path(cfg.data), Path(cfg.out) / "data" / f"epoch-{epoch}"
     if (out / "manifest.json").exists():
         return out

@@ -35,8 +35,11 @@ import torch
 from cll_scale.core.cli import csv_list
 from cll_scale.core.compat import upgrade
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
+from cll_scale.data.corpora import read_multiway
 from cll_scale.data.languages import Direction, LanguageError, check_language
 from cll_scale.data.manifest import Manifest
+from cll_scale.data.shards import BuildConfig, build_shards, link_shards
+from cll_scale.data.spm_extend import extend_sentencepiece
 from cll_scale.loops import finetune
 from cll_scale.loops.finetune import Comparison, FineTuneSettings, check_fine_tuning_inputs, fine_tuning_recipe
 from cll_scale.model.config import ModelConfig
@@ -89,7 +92,6 @@ def old_language_sample(data: Path, manifest: Manifest, rows: int) -> list[str]:
 def new_language_corpus(cfg: ExtendConfig, old: Manifest):
     """The corpus restricted to what extension may use: ``max_pairs`` training lines of the
     ``pairs`` directions, and every dev/test direction that involves the new language."""
-    from cll_scale.data.corpora import read_multiway
     pairs = [Direction.parse(p) for p in cfg.pairs]
     langs = [*old.languages, cfg.lang]
     full = read_multiway(cfg.corpus, ",".join(f"{a}-{b}" for a in langs for b in langs if a != b), langs=langs)
@@ -138,8 +140,6 @@ def check_inputs(cfg: ExtendConfig) -> Manifest:
 
 def build_data(cfg: ExtendConfig, old: Manifest) -> Path:
     """``out/data``: old shards + the new language's, one manifest, the extended vocabulary."""
-    from cll_scale.data.shards import BuildConfig, build_shards, link_shards
-    from cll_scale.data.spm_extend import extend_sentencepiece
     out, data = Path(cfg.out), Path(cfg.data)
     final = out / "data"
     if (final / "manifest.json").exists():

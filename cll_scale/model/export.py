@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -40,10 +41,9 @@ def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor]
         tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in state_dict.items()}
         save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
         (tmp / "model_config.json").write_text(json_text(model_cfg.to_json(), indent=1))
-        manifest = Manifest.from_json(manifest.to_json()) if manifest else Manifest.load(shard_dir)
+        manifest = manifest or Manifest.load(shard_dir)
         shutil.copyfile(Path(shard_dir) / manifest.tokenizer.file, tmp / "spm.model")
-        manifest.tokenizer.file = "spm.model"
-        manifest.save(tmp)
+        replace(manifest, tokenizer=replace(manifest.tokenizer, file="spm.model")).save(tmp)
         sums = {f: sha256_file(tmp / f) for f in FILES}
         (tmp / "export.json").write_text(json_text({**(info or {}), "sha256": sums}, indent=1))
     return out

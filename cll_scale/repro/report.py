@@ -9,6 +9,8 @@ from pathlib import Path
 from cll_scale.core.hardware import hardware
 from cll_scale.core.outputs import write_atomic
 from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED
+from cll_scale.evaluation.plots import (plot_bleu_offtarget, plot_cll_layers, plot_t_weights,
+                                        plot_validation_over_training)
 from cll_scale.evaluation.report import EvalReport, markdown
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import last_train_row, trained_on
@@ -20,7 +22,6 @@ from cll_scale.training.rundir import chosen_export
 def plot_links(report: EvalReport, figs: Path, prefix: str = "") -> list[str]:
     """Plot one evaluation report (BLEU/off-target; learned t_l when a model has CLL layers) into
     ``figs``; returns the markdown image links, relative to the folder that holds ``figs``."""
-    from cll_scale.evaluation.plots import plot_bleu_offtarget, plot_t_weights
     pngs = {"BLEU and off-target": plot_bleu_offtarget(report, figs / f"{prefix}bleu_offtarget.png"),
             "learned t_l": plot_t_weights(report, figs / f"{prefix}t_weights.png")}
     return [f"![{alt}]({figs.name}/{png.name})" for alt, png in pngs.items() if png]
@@ -67,7 +68,6 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
                  pending: tuple[str, ...] | list[str] = ()) -> Path:
     """The report of the models in ``runs``; ``pending``: the planned ones still to train, named
     at the top so that a report written part-way through a study says what it lacks."""
-    from cll_scale.evaluation.plots import plot_cll_layers, plot_validation_over_training
     figs = out / report_name
     figs.mkdir(parents=True, exist_ok=True)
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups

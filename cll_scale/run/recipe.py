@@ -88,7 +88,7 @@ def section_classes() -> dict[str, type]:
             "valid": ValidConfig, "log": LogConfig, "train": TrainConfig}
 
 
-SECTIONS = ("model", "data", "optim", "checkpoint", "valid", "log", "train")
+SECTIONS = tuple(section_classes())
 
 
 def load_recipe(path: str | Path) -> dict:

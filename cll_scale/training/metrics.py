@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from cll_scale.core.hardware import peak_bf16_tflops
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.core.settings import setting
 
@@ -161,7 +162,6 @@ def device_peak_tflops(cfg: LogConfig, device: torch.device) -> tuple[float | No
         return cfg.peak_tflops, "log.peak_tflops"
     if device.type != "cuda":
         return None, "no peak for a CPU; set log.peak_tflops to log MFU"
-    from cll_scale.core.hardware import peak_bf16_tflops
     name = torch.cuda.get_device_name(device)
     peak = peak_bf16_tflops(name)
     return peak, (f"{name}, datasheet table; log.peak_tflops overrides" if peak
