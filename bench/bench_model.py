@@ -18,7 +18,8 @@ Parts (each interleaves its contenders step by step and compares medians):
               (target ≥ 1.8).
 * ``profile`` where the plain step's time goes (torch.profiler): each phase's share (forward and
               loss, backward, optimizer), the ten ops with the most self time, and the ops dispatched
-              per step (leaf aten ops, each a kernel launch on a GPU), fp32 and bf16.
+              per step (leaf aten ops, each a kernel launch on a GPU), fp32 and bf16; on a CPU also
+              the ops the step dispatches with a GPU's kernel choices (``gpu_choices``).
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
 (``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import statistics
@@ -36,12 +38,14 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.model.config import ModelConfig, PRESETS  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
+import cll_scale.model.model as mm  # noqa: E402
 from cll_scale.model.model import CLLTransformer, label_smoothed_loss, train_flops  # noqa: E402
 from cll_scale.core.hardware import peak_bf16_tflops  # noqa: E402
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode  # noqa: E402
@@ -59,6 +63,13 @@ def make_model(preset: str, variant: str, vocab: int, device, dtype, pre_norm=Tr
     cfg = ModelConfig(**{**PRESETS[preset], **kw}, vocab_size=vocab, languages=LANGS16, central_language="en",
                       variant=variant, pre_norm=pre_norm)
     return CLLTransformer(cfg).to(device=device, dtype=dtype).train()
+
+
+def adamw(model: torch.nn.Module) -> torch.optim.AdamW:
+    """The plain step's optimizer, ours and Marian's alike: fused AdamW, as the trainer's
+    (:class:`cll_scale.training.optim.GuardedAdamW`). PyTorch's default on a CPU is its loop over
+    parameters, about 1,100 ops a `small` step with a host read of each step counter."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
 
 def synthetic_batch(b, s, t, vocab, device, lang=1):
@@ -110,7 +121,7 @@ def part_fcll(args, device):
     rows = []
     for dtype in args.dtypes:
         models = {v: make_model(args.preset, v, args.vocab, device, dtype, lsl_dim=256) for v in ("baseline", "fcll")}
-        opts = {v: torch.optim.AdamW(m.parameters(), lr=1e-4) for v, m in models.items()}
+        opts = {v: adamw(m) for v, m in models.items()}
         # One target language per microbatch, cycling over the 16 non-central languages.
         batches = [synthetic_batch(b, s, t, args.vocab, device, lang=1 + i % 16) for i in range(16)]
         # Mixed batches (issue 34): rows over all 16, ordered by target language, as the stream gives them.
@@ -158,7 +169,7 @@ def part_storage(args, device):
     for layer in stacked.decoder:
         layer.ffn = StackedLSL(layer.ffn, stacked).to(device)
     models = {"per_language": per_lang, "stacked": stacked}
-    opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-4) for k, m in models.items()}
+    opts = {k: adamw(m) for k, m in models.items()}
     batches = [synthetic_batch(b, s, t, args.vocab, device, lang=1 + i % 16) for i in range(16)]
     med = interleave({k: (lambda i, k=k: our_step(models[k], opts[k], batches[i % 16])) for k in models},
                      args.steps, device)
@@ -185,8 +196,8 @@ def part_marian(args, device):
     for dtype in args.dtypes:
         ours = make_model(args.preset, "baseline", args.vocab, device, dtype, pre_norm=False)  # Marian is post-norm
         hf = marian_model(ours.cfg, device, dtype)
-        opt_o = torch.optim.AdamW(ours.parameters(), lr=1e-4)
-        opt_h = torch.optim.AdamW(hf.parameters(), lr=1e-4)
+        opt_o = adamw(ours)
+        opt_h = adamw(hf)
         batch = synthetic_batch(b, s, t, args.vocab, device)
         src, tgt, _ = batch
 
@@ -222,7 +233,7 @@ def part_mfu(args, device):
         per_dtype = {}
         for dtype in dtypes:
             model = make_model(preset, "baseline", args.vocab if preset == "small" else 32000, device, dtype)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            opt = adamw(model)
             batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
             # the matmuls a bf16 training run gets here: fp32 on bf16 values on a CPU without bf16 units
             name = "bf16" if dtype == torch.bfloat16 else "fp32"
@@ -286,6 +297,37 @@ def leaf_ops(events) -> list:
             and not any(c.name.startswith("aten::") for c in e.cpu_children)]
 
 
+@contextlib.contextmanager
+def gpu_choices():
+    """The model's kernel choices of a GPU step, taken on this CPU, so the ops a GPU step would
+    dispatch can be counted here: PyTorch's own attention kernel, ``F.dropout``, and the loss in
+    one block of rows (the CPU-only choices documented in ``cll_scale.model.model``). A code
+    that predates a choice is left as it is."""
+    saved = {name: getattr(mm, name) for name in ("attention_kernel", "dropout") if hasattr(mm, name)}
+    block = getattr(getattr(mm, "_SmoothedCrossEntropy", None), "BLOCK_CPU", None)
+    if "attention_kernel" in saved:
+        mm.attention_kernel = lambda q: contextlib.nullcontext()
+    mm.dropout = lambda x, p, training: F.dropout(x, p, training) if training and p > 0 else x
+    if block is not None:
+        mm._SmoothedCrossEntropy.BLOCK_CPU = 1 << 62
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(mm, name, fn)
+        if block is not None:
+            mm._SmoothedCrossEntropy.BLOCK_CPU = block
+
+
+def count_ops(model, opt, batch) -> int:
+    """Leaf ops dispatched by one plain step (after one unprofiled step)."""
+    from torch.profiler import ProfilerActivity, profile
+    profiled_step(model, opt, batch)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        profiled_step(model, opt, batch)
+    return len(leaf_ops(prof.events()))
+
+
 def part_profile(args, device):
     """Where a plain step's time goes (issue 54), from torch.profiler over ``--profile-steps`` steps:
     the share of each phase, the ten ops with the most self time, and the ops dispatched per step
@@ -295,7 +337,7 @@ def part_profile(args, device):
     b, s, t = args.shape
     for dtype in args.dtypes:
         model = make_model(args.preset, "baseline", args.vocab, device, dtype)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        opt = adamw(model)
         batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
         name = "bf16" if dtype == torch.bfloat16 else "fp32"
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -307,6 +349,11 @@ def part_profile(args, device):
                 for _ in range(args.profile_steps):
                     profiled_step(model, opt, batch)
                 sync(device)
+            if device.type == "cpu":
+                with gpu_choices():
+                    gpu_ops = count_ops(model, opt, batch)
+            else:
+                gpu_ops = None
         events = prof.events()
         phases = collections.Counter()
         for e in events:
@@ -320,6 +367,7 @@ def part_profile(args, device):
         rows.append({"preset": args.preset, "dtype": name, "step_ms": total / args.profile_steps / 1e3,
                      "phases": {k: round(v / total, 3) for k, v in phases.items()},
                      "ops_per_step": len(leaf_ops(events)) / args.profile_steps,
+                     "ops_per_step_gpu_choices": gpu_ops,
                      "top_self_time": [(e.key, round(e.self_cpu_time_total / self_total, 3),
                                         round(e.count / args.profile_steps, 1)) for e in top]})
     return rows

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from cll_scale.model.config import PRESETS, ModelConfig
-from cll_scale.model.model import CLLTransformer, LangGroups, label_smoothed_loss
+from cll_scale.model.model import CLLTransformer, LangGroups, label_smoothed_loss, label_smoothed_loss_graph
 
 LANGS = ["en", "de", "fr", "cs"]          # en is central: de, fr, cs get LSLs
 
@@ -152,6 +152,36 @@ def test_label_smoothed_loss_matches_torch():
     torch.testing.assert_close(nll, ref_nll)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blocked_loss_gives_the_plain_ops_loss_and_gradient(dtype, monkeypatch):
+    """Issue 54: the loss in blocks of rows (never the whole fp32 log-probabilities) equals the
+    plain-ops form that train.compile compiles, in value, NLL and the gradient of the logits, for
+    blocks that do and do not divide the rows; pad rows get no gradient."""
+    from cll_scale.model.model import _SmoothedCrossEntropy
+    torch.manual_seed(0)
+    logits = (torch.randn(5, 7, 300) * 4).to(dtype)
+    target = torch.randint(1, 300, (5, 7))
+    target[1, 4:] = 0
+    grads = {}
+    for name, fn, block in (("plain", label_smoothed_loss_graph, None), ("one", label_smoothed_loss, 1 << 18),
+                            ("rows of 4", label_smoothed_loss, 4 * 300)):
+        if block:
+            monkeypatch.setattr(_SmoothedCrossEntropy, "BLOCK_CPU", block)
+        x = logits.clone().requires_grad_()
+        loss, nll = fn(x, target, 0, 0.1)
+        (0.5 * loss).backward()
+        assert x.grad.dtype == dtype and not nll.requires_grad
+        grads[name] = (loss.detach(), nll, x.grad.float())
+    ref = grads.pop("plain")
+    for name, (loss, nll, grad) in grads.items():
+        torch.testing.assert_close(loss, ref[0], msg=name)
+        torch.testing.assert_close(nll, ref[1], msg=name)
+        # bf16 gradients: one rounding of the same fp32 value, so within one bf16 step of it
+        torch.testing.assert_close(grad, ref[2], atol=1e-6 if dtype == torch.float32 else 2e-3, rtol=1e-2, msg=name)
+        assert grad[1, 4:].abs().sum() == 0
+        assert grad[0].abs().sum() > 0
+
+
 def test_model_module_imports_no_deepspeed():
     import subprocess
     import sys
@@ -233,7 +263,7 @@ def test_compiled_blocks_trace_once_for_every_batch_shape_and_language():
     eager, compiled = CLLTransformer(cfg), CLLTransformer(cfg)
     compiled.load_state_dict(eager.state_dict())
     compiled.compile_blocks("aot_eager")
-    loss_fn = torch.compile(label_smoothed_loss, backend="aot_eager", dynamic=True)
+    loss_fn = torch.compile(label_smoothed_loss_graph, backend="aot_eager", dynamic=True)
     for i, (b, s, t, lang) in enumerate([(4, 7, 9, 1), (6, 11, 5, 2), (3, 13, 8, 0), (8, 5, 6, 3), (5, 9, 12, 1)]):
         src, tgt = torch.randint(4, 100, (b, s)), torch.randint(4, 100, (b, t))
         results = []

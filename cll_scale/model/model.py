@@ -58,7 +58,10 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return F.dropout(x, p, True)
     bits = torch.randint(-2 ** 31, 2 ** 31 - 1, (x.numel() // 2,), dtype=torch.int32, device=x.device)
     keep = bits.view(torch.int16).view(x.shape) >= int(round(p * 65536)) - 32768
-    return x * keep * (1.0 / (1.0 - p))      # bool × x casts inside the kernel, no copy
+    # where(): the kept values scaled once in the op's own precision (a bf16 mask of 1/(1-p) would
+    # round the scale itself: 1.109 for 1.111), with no cast of the mask; forward and backward
+    # about 1.15x as fast as x * keep * scale on bf16 FFN activations (issue 54).
+    return torch.where(keep, x * (1.0 / (1.0 - p)), 0.0)
 
 
 def attention_kernel(q: torch.Tensor) -> contextlib.AbstractContextManager:
@@ -217,13 +220,12 @@ class CLLFeedForward(nn.Module):
         if len(groups.groups) == 1:
             slot = groups.groups[0][0]
             return out if slot < 0 else out + self.lsl(x, groups.weights[slot][self.index])
-        xs = x if groups.order is None else x.index_select(0, groups.order)
-        parts = [torch.zeros_like(xs[s:e]) if slot < 0 else self.lsl(xs[s:e], groups.weights[slot][self.index])
-                 for slot, s, e in groups.groups]
-        extra = torch.cat(parts, 0)
-        if groups.inverse is not None:
-            extra = extra.index_select(0, groups.inverse)
-        return out + extra
+        if groups.order is not None:            # rows not grouped (translation of mixed input)
+            x, out = x.index_select(0, groups.order), out.index_select(0, groups.order)
+        # each group's rows with its LSL added, joined once (no zeros for the central language)
+        out = torch.cat([out[s:e] if slot < 0 else out[s:e] + self.lsl(x[s:e], groups.weights[slot][self.index])
+                         for slot, s, e in groups.groups], 0)
+        return out if groups.inverse is None else out.index_select(0, groups.inverse)
 
 
 class EncoderLayer(nn.Module):
@@ -498,7 +500,20 @@ def _read_old_layouts(state_dict, prefix, *_):
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross entropy and summed NLL over non-pad target tokens."""
+    """Summed label-smoothed cross entropy and summed NLL over non-pad target tokens.
+
+    The fp32 arithmetic of :func:`label_smoothed_loss_graph`, in blocks of rows
+    (:class:`_SmoothedCrossEntropy`), so the fp32 (tokens × vocabulary) log-probabilities are never
+    written out: issue 54's profile found that tensor, its gather and sums and their backward
+    about a tenth of the bf16 `small` step on a CPU."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    return _SmoothedCrossEntropy.apply(flat, target.reshape(-1), pad_id, float(smoothing))
+
+
+def label_smoothed_loss_graph(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`label_smoothed_loss` in plain tensor ops: what ``train.compile`` compiles (its
+    compiler fuses them itself) and what the fused form is tested against."""
     # fp32 log-probabilities (bf16 logits lose too much in the sum), upcast inside the kernel.
     lprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]), dim=-1, dtype=torch.float32)   # (B*T, V)
     tgt = target.reshape(-1, 1)
@@ -508,3 +523,57 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int,
     smooth = -(lprobs.sum(-1, keepdim=True) * keep).sum()
     loss = (1.0 - smoothing) * nll + smoothing / lprobs.shape[-1] * smooth
     return loss, nll.detach()
+
+
+class _SmoothedCrossEntropy(torch.autograd.Function):
+    """Label-smoothed cross entropy over (N, V) logits, fp32 inside, in blocks of rows.
+
+    A block's fp32 log-probabilities give its rows' NLL and smoothing term (their sum) and are
+    dropped. The forward keeps the logits in their own dtype (bf16: half the size of the fp32
+    log-probabilities the plain form keeps) and each row's log-sum-exp ``lse``; the backward
+    recomputes ``p`` from them. The gradient of
+    ``(1-ε)·nll + ε/V·smooth`` with respect to ``x_v`` is ``p_v - ε/V - (1-ε)·[v = t]`` on kept rows,
+    written straight into a gradient in the logits' dtype. A block holds ``BLOCK_CPU`` elements in fp32
+    on a CPU (it stays in cache); on a GPU the whole batch is one block (fewer kernels)."""
+
+    BLOCK_CPU = 1 << 18         # 1 MiB of fp32: about 1.1x faster than 8 MiB blocks here
+
+    @staticmethod
+    def _blocks(x: torch.Tensor) -> tuple[range, int]:
+        n, v = x.shape
+        rows = max(1, _SmoothedCrossEntropy.BLOCK_CPU // v) if x.device.type == "cpu" else max(n, 1)
+        return range(0, n, rows), rows
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float):
+        n, v = x.shape
+        keep = target != pad_id
+        lp_t = torch.empty(n, dtype=torch.float32, device=x.device)       # log p of the target
+        lp_sum = torch.empty(n, dtype=torch.float32, device=x.device)     # Σ_v log p_v
+        starts, rows = _SmoothedCrossEntropy._blocks(x)
+        for s in starts:
+            lp = F.log_softmax(x[s:s + rows], -1, dtype=torch.float32)   # one fused pass, upcast inside
+            torch.sum(lp, -1, out=lp_sum[s:s + rows])
+            lp_t[s:s + rows] = lp.gather(1, target[s:s + rows, None]).squeeze(1)
+        nll = -(lp_t * keep).sum()
+        smooth = -(lp_sum * keep).sum()
+        loss = (1.0 - smoothing) * nll + smoothing / v * smooth
+        lse = x.gather(1, target[:, None]).squeeze(1).float() - lp_t      # log Σ_v exp(x_v), per row
+        ctx.save_for_backward(x, target, keep, lse)
+        ctx.smoothing = smoothing
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, _grad_nll):
+        x, target, keep, lse = ctx.saved_tensors
+        eps, v = ctx.smoothing, x.shape[1]
+        grad = torch.empty_like(x)
+        scale = keep.float() * grad_loss.float()          # (N,): 0 on pad rows
+        starts, rows = _SmoothedCrossEntropy._blocks(x)
+        for s in starts:
+            e = min(s + rows, x.shape[0])
+            p = (x[s:e].float() - lse[s:e, None]).exp_().sub_(eps / v)
+            p.scatter_add_(1, target[s:e, None], torch.full((e - s, 1), eps - 1.0, device=x.device))
+            grad[s:e] = p.mul_(scale[s:e, None])
+        return grad, None, None, None

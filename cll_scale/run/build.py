@@ -24,7 +24,7 @@ from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import ShardStream, StreamConfig
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode
 from cll_scale.model.export import export_model_config, load_export
-from cll_scale.model.model import CLLTransformer, label_smoothed_loss
+from cll_scale.model.model import CLLTransformer, label_smoothed_loss, label_smoothed_loss_graph
 from cll_scale.run.recipe import RunConfig, build_configs
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
@@ -365,4 +365,4 @@ def compile_model(model: CLLTransformer, backend: str):
         raise ValueError(f"train.compile={backend!r} is not a torch.compile backend "
                          f"({', '.join(backends)}; \"\" for none)")
     model.compile_blocks(backend)
-    return torch.compile(label_smoothed_loss, backend=backend, dynamic=True)
+    return torch.compile(label_smoothed_loss_graph, backend=backend, dynamic=True)
