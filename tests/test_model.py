@@ -198,6 +198,12 @@ def test_dropout_rate_scale_and_determinism():
     y = dropout(x, 0.1, True)
     dropped = (y == 0).float().mean().item()
     assert abs(dropped - 0.1) < 0.005
+    # one 64-bit draw serves four neighbours: each position of the four drops at the rate, and
+    # independently of the others (the top field has one random bit less: it must not bias it)
+    quads = (dropout(torch.ones(1000, 400), 0.5, True) == 0).view(-1, 4).float()
+    assert ((quads.mean(0) - 0.5).abs() < 0.01).all(), quads.mean(0)
+    assert abs((quads[:, 0] * quads[:, 3]).mean().item() - 0.25) < 0.01
+    assert abs((quads[:, 1] * quads[:, 2]).mean().item() - 0.25) < 0.01
     assert torch.allclose(y[y != 0], torch.full_like(y[y != 0], 1 / 0.9))
     torch.manual_seed(3)
     assert torch.equal(dropout(x, 0.1, True), y)          # seeded: resumable
