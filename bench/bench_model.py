@@ -17,9 +17,10 @@ Parts (each interleaves its contenders step by step and compares medians):
 * ``ranks``   2 ranks × 1 thread ÷ 1 rank × 1 thread tokens/s through cll-train and DeepSpeed
               (target ≥ 1.8).
 * ``profile`` where the plain step's time goes (torch.profiler): each phase's share (forward and
-              loss, backward, optimizer), the ten ops with the most self time, and the ops dispatched
-              per step (leaf aten ops, each a kernel launch on a GPU), fp32 and bf16; on a CPU also
-              the ops the step dispatches with a GPU's kernel choices (``gpu_choices``).
+              loss, backward, optimizer), the ten ops with the most self time, and per step the
+              kernels (leaf aten ops that compute or copy: each a launch on a GPU), the view and
+              allocation ops and the host reads, fp32 and bf16; on a CPU also those counts with a
+              GPU's kernel choices (``gpu_choices``).
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
 (``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
@@ -291,10 +292,29 @@ def profiled_step(model, opt, batch):
         opt.zero_grad(set_to_none=True)
 
 
+# Leaf ops that only make a view or allocate (no kernel on a GPU), and the host reads of a
+# device value (a synchronisation on a GPU): counted apart from the kernels.
+NO_KERNEL = frozenset(f"aten::{name}" for name in (
+    "view", "_unsafe_view", "as_strided", "detach", "resolve_conj", "resolve_neg", "empty", "empty_strided",
+    "empty_like", "resize_", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze", "select", "slice",
+    "alias", "split", "split_with_sizes", "chunk", "narrow", "_reshape_alias", "lift_fresh", "unbind",
+    "set_", "view_as", "_local_scalar_dense"))
+
+
 def leaf_ops(events) -> list:
-    """The aten ops that call no other aten op: what would each be a kernel on a GPU."""
+    """The aten ops that call no other aten op."""
     return [e for e in events if e.name.startswith("aten::")
             and not any(c.name.startswith("aten::") for c in e.cpu_children)]
+
+
+def op_counts(events, steps: int) -> dict[str, float]:
+    """Per step: kernels (leaf ops that compute or copy: each a kernel launch on a GPU), the leaf
+    ops that only view or allocate, and host reads of a tensor value (``_local_scalar_dense``)."""
+    leaves = leaf_ops(events)
+    kernels = [e for e in leaves if e.name not in NO_KERNEL]
+    syncs = [e for e in leaves if e.name == "aten::_local_scalar_dense"]
+    return {"kernels": len(kernels) / steps, "views_and_allocations": (len(leaves) - len(kernels) - len(syncs)) / steps,
+            "host_reads": len(syncs) / steps}
 
 
 @contextlib.contextmanager
@@ -319,19 +339,19 @@ def gpu_choices():
             mm._SmoothedCrossEntropy.BLOCK_CPU = block
 
 
-def count_ops(model, opt, batch) -> int:
-    """Leaf ops dispatched by one plain step (after one unprofiled step)."""
+def count_ops(model, opt, batch) -> dict[str, float]:
+    """:func:`op_counts` of one plain step (after one unprofiled step)."""
     from torch.profiler import ProfilerActivity, profile
     profiled_step(model, opt, batch)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         profiled_step(model, opt, batch)
-    return len(leaf_ops(prof.events()))
+    return op_counts(prof.events(), 1)
 
 
 def part_profile(args, device):
     """Where a plain step's time goes (issue 54), from torch.profiler over ``--profile-steps`` steps:
-    the share of each phase, the ten ops with the most self time, and the ops dispatched per step
-    (leaf aten ops: each would be a kernel launch on a GPU)."""
+    the share of each phase, the ten ops with the most self time, and the ops per step
+    (:func:`op_counts`; on a CPU also with a GPU's kernel choices, :func:`gpu_choices`)."""
     from torch.profiler import ProfilerActivity, profile
     rows = []
     b, s, t = args.shape
@@ -366,7 +386,7 @@ def part_profile(args, device):
                      key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
         rows.append({"preset": args.preset, "dtype": name, "step_ms": total / args.profile_steps / 1e3,
                      "phases": {k: round(v / total, 3) for k, v in phases.items()},
-                     "ops_per_step": len(leaf_ops(events)) / args.profile_steps,
+                     "ops_per_step": op_counts(events, args.profile_steps),
                      "ops_per_step_gpu_choices": gpu_ops,
                      "top_self_time": [(e.key, round(e.self_cpu_time_total / self_total, 3),
                                         round(e.count / args.profile_steps, 1)) for e in top]})
