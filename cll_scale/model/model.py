@@ -579,9 +579,10 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(x)
         scale = keep.float() * grad_loss.float()          # (N,): 0 on pad rows
         starts, rows = _SmoothedCrossEntropy._blocks(x)
+        at_target = torch.full((rows, 1), eps - 1.0, device=x.device)   # -(1-ε) at each row's target
         for s in starts:
             e = min(s + rows, x.shape[0])
             p = (x[s:e].float() - lse[s:e, None]).exp_().sub_(eps / v)
-            p.scatter_add_(1, target[s:e, None], torch.full((e - s, 1), eps - 1.0, device=x.device))
+            p.scatter_add_(1, target[s:e, None], at_target[:e - s])
             grad[s:e] = p.mul_(scale[s:e, None])
         return grad, None, None, None
