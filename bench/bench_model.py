@@ -20,7 +20,8 @@ Parts (each interleaves its contenders step by step and compares medians):
               loss, backward, optimizer), the ten ops with the most self time, and per step the
               kernels (leaf aten ops that compute or copy: each a launch on a GPU), the view and
               allocation ops and the host reads, fp32 and bf16; on a CPU also those counts with a
-              GPU's kernel choices (``gpu_choices``).
+              GPU's kernel choices (``gpu_choices``); with ``--profile-variants baseline,fcll,fcll-mixed``
+              also FCLL's extra milliseconds over the Baseline's, by phase and by op.
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
 (``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
@@ -116,6 +117,14 @@ def matmul_probe(device, dtype, n=1024):
     return run, 2.0 * n ** 3 * reps
 
 
+def mixed_batch(src, tgt, seed: int):
+    """A mixed batch (issue 34): rows over all 16 target languages, ordered by target language
+    with their (language, rows) runs, as the stream gives them."""
+    langs = torch.sort(torch.randint(1, 17, (src.shape[0],), generator=torch.Generator().manual_seed(seed))).values
+    values, counts = torch.unique_consecutive(langs, return_counts=True)
+    return src, tgt, langs.to(src.device), tuple(zip(values.tolist(), counts.tolist()))
+
+
 # ---------------------------------------------------------------------------------------------
 def part_fcll(args, device):
     b, s, t = args.shape
@@ -125,12 +134,7 @@ def part_fcll(args, device):
         opts = {v: adamw(m) for v, m in models.items()}
         # One target language per microbatch, cycling over the 16 non-central languages.
         batches = [synthetic_batch(b, s, t, args.vocab, device, lang=1 + i % 16) for i in range(16)]
-        # Mixed batches (issue 34): rows over all 16, ordered by target language, as the stream gives them.
-        mixed = []
-        for i, (src, tgt, _) in enumerate(batches):
-            langs = torch.sort(torch.randint(1, 17, (b,), generator=torch.Generator().manual_seed(i))).values
-            values, counts = torch.unique_consecutive(langs, return_counts=True)
-            mixed.append((src, tgt, langs.to(device), tuple(zip(values.tolist(), counts.tolist()))))
+        mixed = [mixed_batch(src, tgt, seed=i) for i, (src, tgt, _) in enumerate(batches)]
         steps = {v: (lambda i, v=v: our_step(models[v], opts[v], batches[i % 16])) for v in models}
         steps.update({f"{v} mixed": (lambda i, v=v: our_step(models[v], opts[v], mixed[i % 16])) for v in models})
         med = interleave(steps, args.steps, device)
@@ -281,9 +285,9 @@ def part_ranks(args, device):
 def profiled_step(model, opt, batch):
     """:func:`our_step` with its three phases labelled for the profiler."""
     from torch.profiler import record_function
-    src, tgt, lang = batch
+    src, tgt, lang, *runs = batch
     with record_function("phase: forward + loss"):
-        logits = model(src, model.shift_right(tgt), lang)
+        logits = model(src, model.shift_right(tgt), lang, lang_runs=runs[0] if runs else None)
         loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
     with record_function("phase: backward"):
         (loss / tgt.numel()).backward()
@@ -351,46 +355,71 @@ def count_ops(model, opt, batch) -> dict[str, float]:
 def part_profile(args, device):
     """Where a plain step's time goes (issue 54), from torch.profiler over ``--profile-steps`` steps:
     the share of each phase, the ten ops with the most self time, and the ops per step
-    (:func:`op_counts`; on a CPU also with a GPU's kernel choices, :func:`gpu_choices`)."""
-    from torch.profiler import ProfilerActivity, profile
+    (:func:`op_counts`; on a CPU also with a GPU's kernel choices, :func:`gpu_choices`), for each
+    of ``--profile-variants``; each after the first also gets what it adds to the first, by phase
+    and by op, in ms a step (FCLL against the Baseline: where its extra time goes)."""
     rows = []
-    b, s, t = args.shape
     for dtype in args.dtypes:
-        model = make_model(args.preset, "baseline", args.vocab, device, dtype)
-        opt = adamw(model)
-        batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
         name = "bf16" if dtype == torch.bfloat16 else "fp32"
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with matmul_mode(name, device):
-            for _ in range(2):
+        first = None
+        for variant in args.profile_variants.split(","):
+            row = profile_one(args, device, dtype, variant)
+            row.update(preset=args.preset, dtype=name)
+            if first is None:
+                first = row
+            else:       # what this variant adds to the first one, by phase and by op (ms a step)
+                row["extra_ms_by_phase"] = {k: round(row["phase_ms"][k] - first["phase_ms"].get(k, 0.0), 2)
+                                            for k in row["phase_ms"]}
+                extra = {op: ms - first["self_ms"].get(op, 0.0) for op, ms in row["self_ms"].items()}
+                row["extra_ms_top_ops"] = [(op, round(ms, 2)) for op, ms in
+                                           sorted(extra.items(), key=lambda kv: kv[1], reverse=True)[:8]]
+            rows.append(row)
+    for row in rows:
+        del row["self_ms"]
+    return rows
+
+
+def profile_one(args, device, dtype, variant: str) -> dict:
+    """One contender of :func:`part_profile`: ``baseline``, ``fcll`` (one target language a
+    batch) or ``fcll-mixed`` (mixed batches over the 16 languages), LSL 256 as in ``fcll``."""
+    from torch.profiler import ProfilerActivity, profile
+    b, s, t = args.shape
+    model = make_model(args.preset, variant.split("-")[0], args.vocab, device, dtype, lsl_dim=256)
+    opt = adamw(model)
+    batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
+    if variant.endswith("-mixed"):
+        batch = mixed_batch(*batch[:2], seed=0)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with matmul_mode("bf16" if dtype == torch.bfloat16 else "fp32", device):
+        for _ in range(2):
+            profiled_step(model, opt, batch)
+        sync(device)
+        with profile(activities=activities) as prof:
+            for _ in range(args.profile_steps):
                 profiled_step(model, opt, batch)
             sync(device)
-            with profile(activities=activities) as prof:
-                for _ in range(args.profile_steps):
-                    profiled_step(model, opt, batch)
-                sync(device)
-            if device.type == "cpu":
-                with gpu_choices():
-                    gpu_ops = count_ops(model, opt, batch)
-            else:
-                gpu_ops = None
-        events = prof.events()
-        phases = collections.Counter()
-        for e in events:
-            if e.name.startswith("phase: "):
-                phases[e.name[len("phase: "):]] += e.cpu_time_total
-        total = sum(phases.values())
-        averages = prof.key_averages()
-        self_total = sum(e.self_cpu_time_total for e in averages if not e.key.startswith("phase: "))
-        top = sorted((e for e in averages if not e.key.startswith("phase: ")),
-                     key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
-        rows.append({"preset": args.preset, "dtype": name, "step_ms": total / args.profile_steps / 1e3,
-                     "phases": {k: round(v / total, 3) for k, v in phases.items()},
-                     "ops_per_step": op_counts(events, args.profile_steps),
-                     "ops_per_step_gpu_choices": gpu_ops,
-                     "top_self_time": [(e.key, round(e.self_cpu_time_total / self_total, 3),
-                                        round(e.count / args.profile_steps, 1)) for e in top]})
-    return rows
+        if device.type == "cpu":
+            with gpu_choices():
+                gpu_ops = count_ops(model, opt, batch)
+        else:
+            gpu_ops = None
+    events = prof.events()
+    phases = collections.Counter()
+    for e in events:
+        if e.name.startswith("phase: "):
+            phases[e.name[len("phase: "):]] += e.cpu_time_total
+    total = sum(phases.values())
+    averages = [e for e in prof.key_averages() if not e.key.startswith("phase: ")]
+    self_total = sum(e.self_cpu_time_total for e in averages)
+    top = sorted(averages, key=lambda e: e.self_cpu_time_total, reverse=True)[:10]
+    n = args.profile_steps
+    return {"variant": variant, "parameters": sum(p.numel() for p in model.parameters()),
+            "step_ms": total / n / 1e3, "phases": {k: round(v / total, 3) for k, v in phases.items()},
+            "phase_ms": {k: v / n / 1e3 for k, v in phases.items()},
+            "ops_per_step": op_counts(events, n), "ops_per_step_gpu_choices": gpu_ops,
+            "top_self_time": [(e.key, round(e.self_cpu_time_total / self_total, 3), round(e.count / n, 1))
+                              for e in top],
+            "self_ms": {e.key: e.self_cpu_time_total / n / 1e3 for e in averages}}
 
 
 PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks,
@@ -408,6 +437,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rank-steps", type=int, default=40)
     p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--profile-variants", default="baseline",
+                   help="profile's contenders, the first the reference: baseline, fcll, fcll-mixed")
     p.add_argument("--shards", default=str(ROOT / "data" / "shards" / "multi30k-centered"))
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="GPU dense bf16 peak for MFU (default: the datasheet figure of the device, by name)")

@@ -376,3 +376,34 @@ def test_a_bf16_training_pass_on_a_cpu_attends_with_the_math_kernel_and_the_same
     out.float().square().sum().backward()
     assert torch.allclose(out.float(), ref.detach(), atol=3e-2, rtol=3e-2)
     assert torch.allclose(x16.grad.float(), x.grad, atol=5e-2, rtol=5e-2)
+
+
+def test_a_mixed_batch_trains_as_its_languages_would_apart():
+    """Issue 54 runs a mixed batch's LSL element-wise work once over all its LSL rows. In training
+    (dropout off, so the paths compare exactly) the loss and every gradient, the LSLs' and t_l's
+    included, must equal the sum over the batch's one-language parts."""
+    model = make().train()                                   # fcll: an LSL in every decoder layer
+    src, tgt = batch()
+    tgt_lang = torch.tensor([0, 0, 1, 2, 2, 3])              # en (central), de, fr ×2, cs
+    runs = ((0, 2), (1, 1), (2, 2), (3, 1))
+
+    def loss_and_grads(parts):
+        model.zero_grad()
+        total = 0.0
+        for rows, lang_runs in parts:
+            logits = model(src[rows], model.shift_right(tgt[rows]), tgt_lang[rows], lang_runs=lang_runs)
+            loss, _ = label_smoothed_loss(logits, tgt[rows], 0, 0.1)
+            total = total + loss
+        total.backward()
+        return total.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    whole, whole_grads = loss_and_grads([(slice(0, 6), runs)])
+    start, parts = 0, []
+    for lang, n in runs:
+        parts.append((slice(start, start + n), ((lang, n),)))
+        start += n
+    apart, apart_grads = loss_and_grads(parts)
+    assert torch.allclose(whole, apart, atol=1e-5)
+    assert whole_grads.keys() == apart_grads.keys() and any(n.startswith("lsl") for n in whole_grads)
+    for name, grad in whole_grads.items():
+        assert torch.allclose(grad, apart_grads[name], atol=1e-5), name

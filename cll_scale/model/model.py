@@ -227,10 +227,22 @@ class CLLFeedForward(nn.Module):
             return out if slot < 0 else out + self.lsl(x, groups.weights[slot][self.index])
         if groups.order is not None:            # rows not grouped (translation of mixed input)
             x, out = x.index_select(0, groups.order), out.index_select(0, groups.order)
-        # each group's rows with its LSL added, joined once (no zeros for the central language)
-        out = torch.cat([out[s:e] if slot < 0 else out[s:e] + self.lsl(x[s:e], groups.weights[slot][self.index])
-                         for slot, s, e in groups.groups], 0)
+        out = self._mixed(x, out, groups)
         return out if groups.inverse is None else out.index_select(0, groups.inverse)
+
+    def _mixed(self, x: torch.Tensor, out: torch.Tensor, groups: LangGroups) -> torch.Tensor:
+        """Rows grouped by language, the central language's first (slot -1 sorts lowest): one
+        matmul pair per language present, and the element-wise rest (ReLU, dropout, t_l, the sum)
+        once over every LSL row, not once per language (issue 54: 16 languages in 3 CLL layers
+        were ~1,000 small kernels a step; the same count matters to a GPU's launches)."""
+        lsl = [(groups.weights[slot][self.index], s, e) for slot, s, e in groups.groups if slot >= 0]
+        first = lsl[0][1]                       # rows before it are the central language's
+        h = F.relu(self.lsl1(torch.cat([F.linear(x[s:e], w[0], w[1]) for w, s, e in lsl])))
+        h = self.lsl2(torch.cat([F.linear(part, w[2], w[3])
+                                 for part, (w, _, _) in zip(h.split([e - s for _, s, e in lsl]), lsl)]))
+        t = torch.cat([w[4].expand(e - s) for w, s, e in lsl]).view(-1, *(1,) * (h.dim() - 1))
+        h = t * dropout(h, self.cll_dropout, self.training)
+        return torch.cat([out[:first], out[first:] + h]) if first else out + h
 
 
 class EncoderLayer(nn.Module):
@@ -549,7 +561,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def _blocks(x: torch.Tensor) -> tuple[range, int]:
         n, v = x.shape
         block = _SmoothedCrossEntropy.BLOCK_CPU if x.device.type == "cpu" else _SmoothedCrossEntropy.BLOCK_GPU
-        rows = max(1, block // v)
+        rows = max(1, min(n, block // v))         # never more rows than the batch has
         return range(0, n, rows), rows
 
     @staticmethod
