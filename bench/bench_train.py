@@ -218,7 +218,7 @@ def part_langs(args, device, tmp: Path) -> list[dict]:
     path.write_text(json.dumps(base_cfg))
     vocab = 8000 if args.preset in ("tiny", "small") else 32000
     rows = []
-    for n in (16, 99):
+    for n in args.target_languages:
         languages = ["en"] + [f"x{i:02d}" for i in range(n)]
         steps, tensors = {}, {}
         for variant in ("baseline", "fcll"):
@@ -271,6 +271,8 @@ def main(argv=None) -> int:
     p.add_argument("--block-steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--target-languages", type=int, nargs="+", default=[16, 99],
+                   help="langs: the numbers of non-central target languages to measure")
     p.add_argument("--compile", action="append", default=[], metavar="BACKEND",
                    help="trainer part: also a trainer with train.compile=BACKEND (its plain step stays eager)")
     p.add_argument("--json", help="write the results here too")
