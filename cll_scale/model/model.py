@@ -233,8 +233,8 @@ class CLLFeedForward(nn.Module):
     def _mixed(self, x: torch.Tensor, out: torch.Tensor, groups: LangGroups) -> torch.Tensor:
         """Rows grouped by language, the central language's first (slot -1 sorts lowest): one
         matmul pair per language present, and the element-wise rest (ReLU, dropout, t_l, the sum)
-        once over every LSL row, not once per language (issue 54: 16 languages in 3 CLL layers
-        were ~1,000 small kernels a step; the same count matters to a GPU's launches)."""
+        once over every LSL row, not once per language (issue 54: a `small` step mixed over 16
+        languages launches 853 kernels with a GPU's choices, against 1,486 once per language)."""
         lsl = [(groups.weights[slot][self.index], s, e) for slot, s, e in groups.groups if slot >= 0]
         first = lsl[0][1]                       # rows before it are the central language's
         h = F.relu(self.lsl1(torch.cat([F.linear(x[s:e], w[0], w[1]) for w, s, e in lsl])))
