@@ -8,6 +8,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import signal  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -17,6 +18,22 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CLL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 MULTI30K = SHARED_DATA / "multi30k"
 OPUS_SAMPLE = SHARED_DATA / "opus100_format_samples"
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_left_as_found():
+    """A test that leaves Ctrl-C blocked or its handler changed in the test process fails, with the
+    state restored: a later test (the Ctrl-C ones in test_std_streams.py) would otherwise fail for
+    it, and a command that did the same would ignore Ctrl-C."""
+    handler = signal.getsignal(signal.SIGINT)
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    now_handler = signal.getsignal(signal.SIGINT)
+    now_blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    signal.signal(signal.SIGINT, handler)
+    signal.pthread_sigmask(signal.SIG_BLOCK if blocked else signal.SIG_UNBLOCK, {signal.SIGINT})
+    assert (now_handler, now_blocked) == (handler, blocked), \
+        f"the test left SIGINT {'blocked' if now_blocked else 'unblocked'} with handler {now_handler!r}"
 
 
 def run_cli(main, argv, capsys):
