@@ -71,8 +71,9 @@ def test_a_ctrl_c_while_a_scoring_worker_starts_is_raised_once_it_has_started(mo
 
     def starting(self, fn, *args, **kwargs):
         # The Ctrl-C lands in the other thread while the worker starts. Sent to that thread, not
-        # to the process: in a long suite the process has other threads too, and the kernel's
-        # choice among them made the test's timing theirs (it failed twice in make test).
+        # to the process: in a long suite the process has other threads too, and the kernel may
+        # choose any of them (the process-wide signal failed this test twice in make test, never
+        # alone; the kernel's choice is the likely cause, not a proven one).
         signal.pthread_kill(other.ident, signal.SIGINT)
         time.sleep(0.3)
         started.append(fn)
