@@ -131,10 +131,13 @@ class MatmulProbe:
                 "probe_min_gflops": min(self.rates) / 1e9}
 
 
-def mixed_batch(src, tgt, seed: int):
-    """A mixed batch (issue 34): rows over all 16 target languages, ordered by target language
-    with their (language, rows) runs, as the stream gives them."""
-    langs = torch.sort(torch.randint(1, 17, (src.shape[0],), generator=torch.Generator().manual_seed(seed))).values
+def mixed_batch(src, tgt, seed: int, n: int = 16, k: int = 0):
+    """A mixed batch (issue 34): the rows spread uniformly over the ``n`` non-central languages
+    (over ``k`` of them drawn at random, as ``data.mix_directions`` does), ordered by target
+    language as the mixed stream orders them, with their (language, rows) runs."""
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.randperm(n, generator=g)[:k] + 1 if k else torch.arange(1, n + 1)
+    langs = torch.sort(pool[torch.randint(0, len(pool), (src.shape[0],), generator=g)]).values
     values, counts = torch.unique_consecutive(langs, return_counts=True)
     return src, tgt, langs.to(src.device), tuple(zip(values.tolist(), counts.tolist()))
 
@@ -378,25 +381,24 @@ def part_profile(args, device):
         name = "bf16" if dtype == torch.bfloat16 else "fp32"
         first = None
         for variant in args.profile_variants.split(","):
-            row = profile_one(args, device, dtype, variant)
+            row, self_ms = profile_one(args, device, dtype, variant)
             row.update(preset=args.preset, dtype=name)
             if first is None:
-                first = row
+                first, first_self_ms = row, self_ms
             else:       # what this variant adds to the first one, by phase and by op (ms a step)
                 row["extra_ms_by_phase"] = {k: round(row["phase_ms"][k] - first["phase_ms"].get(k, 0.0), 2)
                                             for k in row["phase_ms"]}
-                extra = {op: ms - first["self_ms"].get(op, 0.0) for op, ms in row["self_ms"].items()}
+                extra = {op: ms - first_self_ms.get(op, 0.0) for op, ms in self_ms.items()}
                 row["extra_ms_top_ops"] = [(op, round(ms, 2)) for op, ms in
                                            sorted(extra.items(), key=lambda kv: kv[1], reverse=True)[:8]]
             rows.append(row)
-    for row in rows:
-        del row["self_ms"]
     return rows
 
 
-def profile_one(args, device, dtype, variant: str) -> dict:
+def profile_one(args, device, dtype, variant: str) -> tuple[dict, dict[str, float]]:
     """One contender of :func:`part_profile`: ``baseline``, ``fcll`` (one target language a
-    batch) or ``fcll-mixed`` (mixed batches over the 16 languages), LSL 256 as in ``fcll``."""
+    batch) or ``fcll-mixed`` (mixed batches over the 16 languages), LSL 256 as in ``fcll``.
+    -> its row, and each op's self time in ms a step."""
     from torch.profiler import ProfilerActivity, profile
     b, s, t = args.shape
     model = make_model(args.preset, variant.split("-")[0], args.vocab, device, dtype, lsl_dim=256)
@@ -433,8 +435,7 @@ def profile_one(args, device, dtype, variant: str) -> dict:
             "phase_ms": {k: v / n / 1e3 for k, v in phases.items()},
             "ops_per_step": op_counts(events, n), "ops_per_step_gpu_choices": gpu_ops,
             "top_self_time": [(e.key, round(e.self_cpu_time_total / self_total, 3), round(e.count / n, 1))
-                              for e in top],
-            "self_ms": {e.key: e.self_cpu_time_total / n / 1e3 for e in averages}}
+                              for e in top]}, {e.key: e.self_cpu_time_total / n / 1e3 for e in averages}
 
 
 PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks,

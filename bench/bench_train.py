@@ -195,22 +195,10 @@ def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
     return step, engine
 
 
-def mixed_batch(batch, n: int, seed: int, k: int = 0):
-    """The rows of ``batch`` spread uniformly over the ``n`` non-central languages (over ``k`` of
-    them drawn at random, as ``data.mix_directions`` does), ordered by target language as the mixed
-    stream orders them, with their (language, rows) runs."""
-    src, tgt, tgt_lang = batch
-    g = torch.Generator().manual_seed(seed)
-    pool = torch.randperm(n, generator=g)[:k] + 1 if k else torch.arange(1, n + 1)
-    langs = torch.sort(pool[torch.randint(0, len(pool), (len(tgt),), generator=g)]).values
-    values, counts = torch.unique_consecutive(langs, return_counts=True)
-    return (src, tgt, langs.to(tgt_lang.device)), tuple(zip(values.tolist(), counts.tolist()))
-
-
 def part_langs(args, device, tmp: Path) -> list[dict]:
     ds.init_distributed()
     sys.path.insert(0, str(Path(__file__).parent))
-    from bench_model import synthetic_batch
+    from bench_model import mixed_batch, synthetic_batch
     from cll_scale.model.config import ModelConfig, PRESETS
     b, s, t = args.shape or ([128, 32, 32] if device.type == "cpu" else [256, 64, 64])
     base_cfg, _ = base_config(args, device)
@@ -229,8 +217,9 @@ def part_langs(args, device, tmp: Path) -> list[dict]:
             steps[variant], _ = engine_step_fn(model, str(path), tmp)
         one = [synthetic_batch(b, s, t, vocab, device, lang=1 + i % n) for i in range(16)]
         one = [(batch, ((1 + i % n, b),)) for i, batch in enumerate(one)]
-        mixed = [mixed_batch(batch, n, seed=i) for i, (batch, _) in enumerate(one)]
-        mixed8 = [mixed_batch(batch, n, seed=i, k=8) for i, (batch, _) in enumerate(one)]
+        # (batch, runs), as engine_step_fn's steps take them
+        mixed, mixed8 = ([(m[:3], m[3]) for m in (mixed_batch(*batch[:2], seed=i, n=n, k=k)
+                                                  for i, (batch, _) in enumerate(one))] for k in (0, 8))
         med = {}
         for mixing, batches in (("direction", one), ("mixed", mixed), ("mixed8", mixed8)):
             times = {v: [] for v in steps}
