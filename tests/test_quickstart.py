@@ -38,3 +38,30 @@ def test_the_quickstart_script_ends_with_its_summary(multi30k, tmp_path):
                            timeout=900)
     assert again.returncode == 0 and "cll_scale.train" not in again.stderr and "finished" in again.stderr
     assert os.path.getsize(tmp_path / "qs" / "report.log") > 0
+
+
+def _summary_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("quickstart_summary", ROOT / "scripts" / "quickstart_summary.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("baseline_bleu, fcll_k, missed", [
+    (15.09, 123, []),                                                       # the README's run
+    (14.49, 129, ["the Baseline's supervised BLEU is 14.5, under 15"]),     # a run at the bar's edge
+    (16.0, 340, ["the Baseline's rate is 1.1x FCLL's, not 2x", "the two intervals overlap"]),
+])
+def test_the_summary_names_the_targets_a_run_misses(baseline_bleu, fcll_k, missed):
+    qs = _summary_module()
+    n = 450
+
+    def model(k, bleu):
+        return {"sup_bleu": bleu, "off": 100 * k / n, "ci": qs.wilson(k, n)}
+    text = qs.verdict({"baseline": model(361, baseline_bleu), "fcll": model(fcll_k, 16.5)})
+    if missed:    # exactly the missed targets, in the order of the targets
+        assert text.startswith(f"The effect does not show yet: {'; '.join(missed)} (the quickstart's targets")
+        assert "QUICKSTART_STEPS=N" in text
+    else:
+        assert text.startswith("The effect shows: ") and "QUICKSTART_STEPS" not in text
