@@ -1,7 +1,7 @@
 """Speed of the CLL Transformer's training step, as ratios measured side by side in one run.
 
     python bench/bench_model.py                 # everything that runs here (CPU)
-    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, storage, ranks, profile
+    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, storage, ranks, profile, alloc
     python bench/bench_model.py --device cuda --preset base   # unchanged on a GPU machine
 
 Parts (each interleaves its contenders step by step and compares medians):
@@ -22,6 +22,10 @@ Parts (each interleaves its contenders step by step and compares medians):
               allocation ops and the host reads, fp32 and bf16; on a CPU also those counts with a
               GPU's kernel choices (``gpu_choices``); with ``--profile-variants baseline,fcll,fcll-mixed``
               also FCLL's extra milliseconds over the Baseline's, by phase and by op.
+* ``alloc``   what fresh memory costs the bf16 step (issue 54): the tied output projection
+              (tokens × d_model @ d_model × vocabulary, the step's largest output) into a fresh
+              tensor ÷ into one reused with ``out=``, interleaved; and the minor page faults a
+              plain step takes (Linux: each a 4 KiB page the kernel maps on first touch).
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
 (``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
@@ -276,6 +280,34 @@ def part_mfu(args, device):
     return rows
 
 
+def part_alloc(args, device):
+    """See the module's docstring: one row, bf16 on a CPU (a GPU's caching allocator reuses blocks)."""
+    import resource
+    if device.type != "cpu":
+        return []
+    b, s, t = args.shape
+    model = make_model(args.preset, "baseline", args.vocab, device, torch.bfloat16)
+    hidden = torch.randn(b * t, model.cfg.d_model, dtype=torch.bfloat16)
+    weight = model.embed.weight.detach()
+    out = torch.empty(b * t, weight.shape[0], dtype=torch.bfloat16)
+    meds = interleave({"fresh": lambda i: torch.mm(hidden, weight.t()),
+                       "reused": lambda i: torch.mm(hidden, weight.t(), out=out)}, args.steps, device)
+    opt, batch = adamw(model), synthetic_batch(b, s, t, model.cfg.vocab_size, device)
+    faults, times = [], []
+    with matmul_mode("bf16", device):
+        for i in range(2 + args.steps):
+            before, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+            our_step(model, opt, batch)
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+                faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    return [{"preset": args.preset, "projection_shape": [b * t, model.cfg.d_model, weight.shape[0]],
+             "projection_fresh_ms": meds["fresh"] * 1e3, "projection_reused_ms": meds["reused"] * 1e3,
+             "fresh_over_reused": meds["fresh"] / meds["reused"], "step_ms": statistics.median(times) * 1e3,
+             "minor_faults_per_step": statistics.median(faults),
+             "faulted_mib_per_step": statistics.median(faults) * resource.getpagesize() / 2 ** 20}]
+
+
 def part_ranks(args, device):
     shards = Path(args.shards)
     if not (shards / "manifest.json").exists():
@@ -439,7 +471,7 @@ def profile_one(args, device, dtype, variant: str) -> tuple[dict, dict[str, floa
 
 
 PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks,
-         "profile": part_profile}
+         "profile": part_profile, "alloc": part_alloc}
 
 
 def main(argv=None) -> int:

@@ -9,7 +9,10 @@ Parts:
 * ``trainer``  tokens/s of ``Trainer.run_step`` (train step, agreement between ranks, metrics
                window, log lines) ÷ tokens/s of a plain step (model, loss, backward, fused AdamW),
                blocks of steps alternating on the same batches (target on a GPU: ≥ 0.85);
-               ``--compile inductor`` adds a compiled trainer beside the same eager plain step.
+               ``--compile inductor`` adds a compiled trainer beside the same eager plain step;
+               ``--profile`` adds where the trainer's extra time goes: blocks of each side under
+               torch.profiler, the ops whose self time the trainer adds (ms and calls a step), and
+               each side's ops a step (kernels, host reads of a tensor value).
 * ``configs``  the same ratio for engine settings side by side: ZeRO stage 0/1/2, bucket sizes,
                overlap_comm, contiguous_gradients, DeepSpeed's own overflow check and gradient
                norm (what our client optimizer replaces), gradient clipping off, and (CPU) fp32
@@ -40,6 +43,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
 
 from cll_scale.training import collectives  # noqa: E402
 
@@ -90,35 +94,92 @@ def plain_step_fn(trainer: Trainer):
     return step
 
 
-def measure(trainer: Trainer, blocks: int, block_steps: int, warmup: int) -> dict:
-    """Alternate blocks of trainer steps and plain steps on the batches the trainer just used."""
-    device = trainer.device
+def minor_faults() -> int:
+    """This process's minor page faults so far (0 where the platform has no getrusage)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def run_side(trainer: Trainer, plain, side: str, block_steps: int) -> None:
+    """One block of trainer steps (its batches recorded), or the plain step on the batches the
+    trainer's last block used; the device synchronised on both ends."""
+    sync(trainer.device)
+    if side == "trainer":
+        for _ in range(block_steps):
+            trainer.run_step()
+    else:
+        for b in trainer.stream.taken:
+            plain(b)
+    sync(trainer.device)
+
+
+def measure(trainer: Trainer, blocks: int, block_steps: int, warmup: int, profile: bool = False) -> dict:
+    """Alternate blocks of trainer steps and plain steps on the batches the trainer just used
+    (and with ``profile``, :func:`profile_pair` after them)."""
     trainer.stream = Recorder(trainer.stream)
     plain = plain_step_fn(trainer)
     trainer.engine.train()
     rates = {"trainer": [], "plain": []}
+    faults = {"trainer": [], "plain": []}       # minor page faults a step: first touches of fresh memory
     for block in range(warmup + blocks):
         trainer.stream.taken = []
-        sync(device)
-        t = time.perf_counter()
-        for _ in range(block_steps):
-            trainer.run_step()
-        sync(device)
-        t_trainer = time.perf_counter() - t
+        f, t = minor_faults(), time.perf_counter()
+        run_side(trainer, plain, "trainer", block_steps)
+        t_trainer, f_trainer = time.perf_counter() - t, minor_faults() - f
         batches = trainer.stream.taken
         tokens = sum(b.ntokens for b in batches)
-        sync(device)
-        t = time.perf_counter()
-        for b in batches:
-            plain(b)
-        sync(device)
-        t_plain = time.perf_counter() - t
+        f, t = minor_faults(), time.perf_counter()
+        run_side(trainer, plain, "plain", block_steps)
+        t_plain, f_plain = time.perf_counter() - t, minor_faults() - f
         if block >= warmup:
             rates["trainer"].append(tokens / t_trainer)
             rates["plain"].append(tokens / t_plain)
+            faults["trainer"].append(f_trainer / block_steps)
+            faults["plain"].append(f_plain / len(batches))
     trainer_rate, plain_rate = statistics.median(rates["trainer"]), statistics.median(rates["plain"])
-    return {"trainer_tok_s": trainer_rate, "plain_tok_s": plain_rate, "trainer_over_plain": trainer_rate / plain_rate,
-            "tokens_per_step": tokens / block_steps}
+    row = {"trainer_tok_s": trainer_rate, "plain_tok_s": plain_rate, "trainer_over_plain": trainer_rate / plain_rate,
+           "tokens_per_step": tokens / block_steps, "trainer_minor_faults_per_step": statistics.median(faults["trainer"]),
+           "plain_minor_faults_per_step": statistics.median(faults["plain"])}
+    if profile:
+        row.update(profile_pair(trainer, plain, block_steps))
+    return row
+
+
+def profile_pair(trainer: Trainer, plain, block_steps: int, reps: int = 3) -> dict:
+    """``reps`` times, one block of trainer steps and then the plain step on the same batches,
+    each under torch.profiler: each side's ms and ops a step, and the ops whose self time the
+    trainer adds, with the calls a step it adds (median over the reps: one profile on a shared
+    host moves by more than the gap; an op the trainer calls more often is a cause, a matmul
+    that only took longer may be the host)."""
+    from torch.profiler import ProfilerActivity, profile
+    from bench_model import op_counts
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if trainer.device.type == "cuda" else [])
+    ms = {"trainer": [], "plain": []}
+    calls, ops = {}, {}
+    for _ in range(reps):
+        trainer.stream.taken = []
+        for side in ("trainer", "plain"):
+            with profile(activities=activities) as prof:
+                run_side(trainer, plain, side, block_steps)
+            averages = prof.key_averages()
+            ms[side].append({e.key: e.self_cpu_time_total / block_steps / 1e3 for e in averages})
+            calls[side] = {e.key: e.count / block_steps for e in averages}
+            ops[side] = op_counts(prof.events(), block_steps)
+
+    def median_ms(side, op):
+        return statistics.median(rep.get(op, 0.0) for rep in ms[side])
+    names = set().union(*ms["trainer"], *ms["plain"])
+    extra = {op: median_ms("trainer", op) - median_ms("plain", op) for op in names}
+    top = sorted(extra.items(), key=lambda kv: kv[1], reverse=True)[:10]
+    return {"profile_reps": reps,
+            "profiled_trainer_ms": statistics.median(sum(rep.values()) for rep in ms["trainer"]),
+            "profiled_plain_ms": statistics.median(sum(rep.values()) for rep in ms["plain"]),
+            "trainer_ops_per_step": ops["trainer"], "plain_ops_per_step": ops["plain"],
+            "trainer_extra_top_ops": [(op, round(d, 2), round(calls["trainer"].get(op, 0) - calls["plain"].get(op, 0), 1))
+                                      for op, d in top]}
 
 
 def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | None = None,
@@ -197,7 +258,6 @@ def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
 
 def part_langs(args, device, tmp: Path) -> list[dict]:
     ds.init_distributed()
-    sys.path.insert(0, str(Path(__file__).parent))
     from bench_model import mixed_batch, synthetic_batch
     from cll_scale.model.config import ModelConfig, PRESETS
     b, s, t = args.shape or ([128, 32, 32] if device.type == "cpu" else [256, 64, 64])
@@ -264,6 +324,8 @@ def main(argv=None) -> int:
                    help="langs: the numbers of non-central target languages to measure")
     p.add_argument("--compile", action="append", default=[], metavar="BACKEND",
                    help="trainer part: also a trainer with train.compile=BACKEND (its plain step stays eager)")
+    p.add_argument("--profile", action="store_true",
+                   help="trainer part: also profile one block of each side (where the trainer's extra time goes)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
     device = torch.device(args.device)
@@ -287,7 +349,8 @@ def main(argv=None) -> int:
             for i, (name, cfg, clip, *backend) in enumerate(rows):
                 trainer = make_trainer(args, Path(tmp) / f"{part}{i}", cfg, clip, *backend)
                 row = {"setting": name, "preset": args.preset, "variant": args.variant, "device": device.type,
-                       **measure(trainer, args.blocks, args.block_steps, args.warmup)}
+                       **measure(trainer, args.blocks, args.block_steps, args.warmup,
+                                 profile=args.profile and part == "trainer")}
                 results[part].append(row)
                 print(part, json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}),
                       flush=True)
