@@ -325,7 +325,7 @@ def main(argv=None) -> int:
     p.add_argument("--compile", action="append", default=[], metavar="BACKEND",
                    help="trainer part: also a trainer with train.compile=BACKEND (its plain step stays eager)")
     p.add_argument("--profile", action="store_true",
-                   help="trainer part: also profile one block of each side (where the trainer's extra time goes)")
+                   help="trainer part: also profile a block of each side, three times (where the trainer's extra time goes)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
     device = torch.device(args.device)
