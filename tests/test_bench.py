@@ -1,0 +1,46 @@
+"""The benches run (issue 54): no test times anything here, but a bench that crashes or reports
+nothing is caught before someone needs its figures (37c9b6c broke ``gpu_choices`` unnoticed)."""
+import json
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+from tests.test_train import ENV
+
+
+def run_bench(script, *args, tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, f"bench/{script}", *args, "--json", str(out)], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_bench_model_profiles_and_counts_fresh_memory_at_tiny(tmp_path):
+    res = run_bench("bench_model.py", "--only", "alloc", "--only", "profile", "--preset", "tiny", "--shape", "8", "8",
+                    "8", "--steps", "2", "--profile-steps", "1", "--profile-variants", "baseline,fcll-mixed",
+                    "--threads", "1", tmp_path=tmp_path)
+    (alloc,) = res["alloc"]
+    assert alloc["projection_shape"] == [64, 32, 8000]          # 8 x 8 target tokens, tiny d_model, vocabulary
+    assert alloc["projection_fresh_ms"] > 0 and alloc["projection_reused_ms"] > 0 and alloc["step_ms"] > 0
+    assert alloc["minor_faults_per_step"] >= 0
+    rows = {(r["dtype"], r["variant"]): r for r in res["profile"]}
+    assert set(rows) == {(d, v) for d in ("fp32", "bf16") for v in ("baseline", "fcll-mixed")}
+    for dtype in ("fp32", "bf16"):
+        base, mixed = rows[dtype, "baseline"], rows[dtype, "fcll-mixed"]
+        # the LSLs of every language in the batch: more kernels than the Baseline, with either choices
+        assert mixed["ops_per_step"]["kernels"] > base["ops_per_step"]["kernels"] > 0
+        assert mixed["ops_per_step_gpu_choices"]["kernels"] > base["ops_per_step_gpu_choices"]["kernels"] > 0
+        assert base["top_self_time"] and "extra_ms_top_ops" in mixed and "extra_ms_top_ops" not in base
+
+
+def test_bench_train_profiles_what_the_trainer_adds_at_tiny(m30k_centered, tmp_path):
+    res = run_bench("bench_train.py", "--data", str(m30k_centered), "--only", "trainer", "--profile", "--preset",
+                    "tiny", "--batch-tokens", "512", "--blocks", "1", "--block-steps", "2", "--warmup", "0",
+                    "--threads", "1", tmp_path=tmp_path)
+    (row,) = res["trainer"]
+    assert row["trainer_over_plain"] > 0 and row["profile_reps"] == 3
+    assert row["trainer_minor_faults_per_step"] >= 0 and row["plain_minor_faults_per_step"] >= 0
+    # ZeRO-2's flat partitions against fused AdamW's read of each parameter's step counter
+    assert row["trainer_ops_per_step"]["host_reads"] < row["plain_ops_per_step"]["host_reads"]
+    assert row["trainer_ops_per_step"]["kernels"] > 0 and len(row["trainer_extra_top_ops"]) == 10
