@@ -109,10 +109,13 @@ def verdict(now: dict[str, dict]) -> str:
     facts = (f"the Baseline answers zero-shot in the wrong language {ratio:.1f}x as often as FCLL, and the two 95% "
              f"intervals {'do not overlap' if apart else 'overlap'}; supervised BLEU {b['sup_bleu']:.1f} and "
              f"{f['sup_bleu']:.1f}")
-    missed = ([f"the Baseline's rate is {ratio:.1f}x FCLL's, not 2x"] if ratio < 2 else []) + \
-        ([] if apart else ["the two intervals overlap"]) + \
-        [f"{name}'s supervised BLEU is {s['sup_bleu']:.1f}, under 15" for name, s in (("the Baseline", b), ("FCLL", f))
-         if s["sup_bleu"] < 15]
+    missed = []
+    if ratio < 2:
+        missed.append(f"the Baseline's rate is {ratio:.1f}x FCLL's, not 2x")
+    if not apart:
+        missed.append("the two intervals overlap")
+    missed += [f"{name}'s supervised BLEU is {s['sup_bleu']:.1f}, under 15"
+               for name, s in (("the Baseline", b), ("FCLL", f)) if s["sup_bleu"] < 15]
     if not missed:
         return f"The effect shows: {facts} ({TARGETS})."
     return (f"The effect does not show yet: {'; '.join(missed)} ({TARGETS}; here {facts}). More steps train "
