@@ -280,6 +280,16 @@ def part_mfu(args, device):
     return rows
 
 
+def minor_faults() -> int:
+    """This process's minor page faults so far: pages the kernel mapped on first touch (0 where
+    the platform has no getrusage)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def part_alloc(args, device):
     """See the module's docstring: one row, bf16 on a CPU (a GPU's caching allocator reuses blocks)."""
     import resource
@@ -296,11 +306,11 @@ def part_alloc(args, device):
     faults, times = [], []
     with matmul_mode("bf16", device):
         for i in range(2 + args.steps):
-            before, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+            before, start = minor_faults(), time.perf_counter()
             our_step(model, opt, batch)
             if i >= 2:
                 times.append(time.perf_counter() - start)
-                faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+                faults.append(minor_faults() - before)
     return [{"preset": args.preset, "projection_shape": [b * t, model.cfg.d_model, weight.shape[0]],
              "projection_fresh_ms": meds["fresh"] * 1e3, "projection_reused_ms": meds["reused"] * 1e3,
              "fresh_over_reused": meds["fresh"] / meds["reused"], "step_ms": statistics.median(times) * 1e3,

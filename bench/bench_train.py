@@ -53,6 +53,7 @@ from cll_scale.training import precision  # noqa: E402
 from cll_scale.model.model import CLLTransformer, label_smoothed_loss  # noqa: E402
 from cll_scale.run.build import build_run  # noqa: E402
 from cll_scale.run.trainer import Trainer  # noqa: E402
+from bench_model import minor_faults, mixed_batch, op_counts, synthetic_batch  # noqa: E402
 
 
 class Recorder:
@@ -92,15 +93,6 @@ def plain_step_fn(trainer: Trainer):
         opt.step()
         opt.zero_grad(set_to_none=True)
     return step
-
-
-def minor_faults() -> int:
-    """This process's minor page faults so far (0 where the platform has no getrusage)."""
-    try:
-        import resource
-    except ImportError:
-        return 0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def run_side(trainer: Trainer, plain, side: str, block_steps: int) -> None:
@@ -155,7 +147,6 @@ def profile_pair(trainer: Trainer, plain, block_steps: int, reps: int = 3) -> di
     host moves by more than the gap; an op the trainer calls more often is a cause, a matmul
     that only took longer may be the host)."""
     from torch.profiler import ProfilerActivity, profile
-    from bench_model import op_counts
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if trainer.device.type == "cuda" else [])
     ms = {"trainer": [], "plain": []}
     calls, ops = {}, {}
@@ -258,7 +249,6 @@ def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
 
 def part_langs(args, device, tmp: Path) -> list[dict]:
     ds.init_distributed()
-    from bench_model import mixed_batch, synthetic_batch
     from cll_scale.model.config import ModelConfig, PRESETS
     b, s, t = args.shape or ([128, 32, 32] if device.type == "cpu" else [256, 64, 64])
     base_cfg, _ = base_config(args, device)

@@ -20,20 +20,22 @@ MULTI30K = SHARED_DATA / "multi30k"
 OPUS_SAMPLE = SHARED_DATA / "opus100_format_samples"
 
 
+def sigint_state() -> tuple:
+    """Ctrl-C's handler in this process, and whether this thread blocks it."""
+    return signal.getsignal(signal.SIGINT), signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
 @pytest.fixture(autouse=True)
 def ctrl_c_left_as_found():
     """A test that leaves Ctrl-C blocked or its handler changed in the test process fails, with the
     state restored: a later test (the Ctrl-C ones in test_std_streams.py) would otherwise fail for
     it, and a command that did the same would ignore Ctrl-C."""
-    handler = signal.getsignal(signal.SIGINT)
-    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    handler, blocked = before = sigint_state()
     yield
-    now_handler = signal.getsignal(signal.SIGINT)
-    now_blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    now = sigint_state()
     signal.signal(signal.SIGINT, handler)
     signal.pthread_sigmask(signal.SIG_BLOCK if blocked else signal.SIG_UNBLOCK, {signal.SIGINT})
-    assert (now_handler, now_blocked) == (handler, blocked), \
-        f"the test left SIGINT {'blocked' if now_blocked else 'unblocked'} with handler {now_handler!r}"
+    assert now == before, f"the test left SIGINT {'blocked' if now[1] else 'unblocked'} with handler {now[0]!r}"
 
 
 def run_cli(main, argv, capsys):
