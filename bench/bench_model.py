@@ -1,7 +1,7 @@
 """Speed of the CLL Transformer's training step, as ratios measured side by side in one run.
 
     python bench/bench_model.py                 # everything that runs here (CPU)
-    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, storage, ranks, profile, alloc
+    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, storage, ranks, profile, loss
     python bench/bench_model.py --device cuda --preset base   # unchanged on a GPU machine
 
 Parts (each interleaves its contenders step by step and compares medians):
@@ -22,10 +22,10 @@ Parts (each interleaves its contenders step by step and compares medians):
               allocation ops and the host reads, fp32 and bf16; on a CPU also those counts with a
               GPU's kernel choices (``gpu_choices``); with ``--profile-variants baseline,fcll,fcll-mixed``
               also FCLL's extra milliseconds over the Baseline's, by phase and by op.
-* ``alloc``   what fresh memory costs the bf16 step (issue 54): the tied output projection
-              (tokens × d_model @ d_model × vocabulary, the step's largest output) into a fresh
-              tensor ÷ into one reused with ``out=``, interleaved; and the minor page faults a
-              plain step takes (Linux: each a 4 KiB page the kernel maps on first touch).
+* ``loss``    the loss with the tied output projection inside it, in blocks of rows (the trainer's:
+              neither the logits nor their gradient is ever whole) against the loss of the whole
+              logits, fp32 and bf16: step time interleaved, minor page faults a step (Linux: each a
+              4 KiB page the kernel maps on first touch) and peak RSS growth of a step.
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
 (``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from cll_scale.model.config import ModelConfig, PRESETS  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
 import cll_scale.model.model as mm  # noqa: E402
-from cll_scale.model.model import CLLTransformer, label_smoothed_loss, train_flops  # noqa: E402
+from cll_scale.model.model import CLLTransformer, label_smoothed_loss, projected_loss, train_flops  # noqa: E402
 from cll_scale.core.hardware import peak_bf16_tflops  # noqa: E402
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode  # noqa: E402
 
@@ -85,12 +85,20 @@ def synthetic_batch(b, s, t, vocab, device, lang=1):
     return src, tgt, torch.full((b,), lang, dtype=torch.long, device=device)
 
 
-def our_step(model, opt, batch, autocast_dtype=None):
+def step_loss(model, batch, loss: str = "projected"):
+    """The training loss of ``batch`` as the trainer takes it (``projected``: the features and the
+    tied projection inside the blocked loss, the logits never whole), or from the whole logits
+    (``logits``: the form before the projection moved into the loss)."""
     src, tgt, lang, *runs = batch          # runs: the (language, rows) runs the stream gives, if any
-    with torch.autocast(device_type=src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-        logits = model(src, model.shift_right(tgt), lang, lang_runs=runs[0] if runs else None)
-    loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
-    (loss / tgt.numel()).backward()
+    runs = runs[0] if runs else None
+    if loss == "logits":
+        return label_smoothed_loss(model(src, model.shift_right(tgt), lang, lang_runs=runs), tgt, 0, 0.1)[0]
+    features = model(src, model.shift_right(tgt), lang, lang_runs=runs, features_only=True)
+    return projected_loss(features, model.embed.weight, tgt, 0, 0.1)[0]
+
+
+def our_step(model, opt, batch, loss: str = "projected"):
+    (step_loss(model, batch, loss) / batch[1].numel()).backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
 
@@ -147,6 +155,23 @@ def mixed_batch(src, tgt, seed: int, n: int = 16, k: int = 0):
 
 
 # ---------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def per_language_lsl():
+    """Within the block a mixed batch's LSLs run one matmul pair per language (the form where
+    ``F.grouped_mm`` does not run) instead of one grouped matmul per LSL layer."""
+    saved = mm.grouped_mm_runs
+    mm.grouped_mm_runs = lambda x: False
+    try:
+        yield
+    finally:
+        mm.grouped_mm_runs = saved
+
+
+def per_language(fn, *args):
+    with per_language_lsl():
+        return fn(*args)
+
+
 def part_fcll(args, device):
     b, s, t = args.shape
     rows = []
@@ -158,12 +183,14 @@ def part_fcll(args, device):
         mixed = [mixed_batch(src, tgt, seed=i) for i, (src, tgt, _) in enumerate(batches)]
         steps = {v: (lambda i, v=v: our_step(models[v], opts[v], batches[i % 16])) for v in models}
         steps.update({f"{v} mixed": (lambda i, v=v: our_step(models[v], opts[v], mixed[i % 16])) for v in models})
+        steps["fcll mixed per-language"] = lambda i: per_language(our_step, models["fcll"], opts["fcll"], mixed[i % 16])
         med = interleave(steps, args.steps, device)
         cfg = models["fcll"].cfg
         flop_ratio = train_flops(cfg, b, s, t) / train_flops(models["baseline"].cfg, b, s, t)
         rows.append({"dtype": str(dtype).split(".")[-1], "fcll_over_baseline": med["fcll"] / med["baseline"],
                      "fcll_over_baseline_mixed": med["fcll mixed"] / med["baseline mixed"],
                      "fcll_mixed_over_fcll": med["fcll mixed"] / med["fcll"],
+                     "grouped_over_per_language_speed": med["fcll mixed per-language"] / med["fcll mixed"],
                      "flop_ratio": flop_ratio, "baseline_s": med["baseline"], "fcll_s": med["fcll"],
                      "fcll_mixed_s": med["fcll mixed"]})
     return rows
@@ -290,32 +317,66 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def part_alloc(args, device):
-    """See the module's docstring: one row, bf16 on a CPU (a GPU's caching allocator reuses blocks)."""
-    import resource
+def peak_rss_mib() -> float:
+    """This process's peak resident memory, MiB: VmHWM, which starts anew at exec (getrusage's
+    ru_maxrss carries the parent's peak into a child it forks and execs)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise OSError("no VmHWM in /proc/self/status")
+
+
+def peak_rss_growth(preset: str, vocab: int, shape, dtype: str, loss: str) -> float:
+    """MiB by which this process's peak RSS grows in one plain step on a batch of ``shape``, after
+    the model and its optimizer's state exist (made by one step on a batch of two rows): the step's
+    transient memory at its peak. Run in a fresh process per contender (a process's peak never
+    comes down)."""
+    model = make_model(preset, "baseline", vocab, torch.device("cpu"), torch.bfloat16 if dtype == "bf16" else torch.float32)
+    opt = adamw(model)
+    with matmul_mode(dtype, torch.device("cpu")):
+        our_step(model, opt, synthetic_batch(2, *shape[1:], vocab, torch.device("cpu")), loss)
+        batch = synthetic_batch(*shape, vocab, torch.device("cpu"))
+        before = peak_rss_mib()
+        our_step(model, opt, batch, loss)
+    return peak_rss_mib() - before
+
+
+def part_loss(args, device):
+    """The loss with the tied projection inside it (``projected``, the trainer's) against the loss
+    of the whole logits (``logits``), `--preset` Baseline, fp32 and bf16 on a CPU: step time
+    interleaved, the minor page faults a step (each a 4 KiB page first touched: fresh memory), and
+    the peak RSS growth of a step, each contender in a fresh process."""
     if device.type != "cpu":
         return []
+    import resource
     b, s, t = args.shape
-    model = make_model(args.preset, "baseline", args.vocab, device, torch.bfloat16)
-    hidden = torch.randn(b * t, model.cfg.d_model, dtype=torch.bfloat16)
-    weight = model.embed.weight.detach()
-    out = torch.empty(b * t, weight.shape[0], dtype=torch.bfloat16)
-    meds = interleave({"fresh": lambda i: torch.mm(hidden, weight.t()),
-                       "reused": lambda i: torch.mm(hidden, weight.t(), out=out)}, args.steps, device)
-    opt, batch = adamw(model), synthetic_batch(b, s, t, model.cfg.vocab_size, device)
-    faults, times = [], []
-    with matmul_mode("bf16", device):
-        for i in range(2 + args.steps):
-            before, start = minor_faults(), time.perf_counter()
-            our_step(model, opt, batch)
-            if i >= 2:
-                times.append(time.perf_counter() - start)
-                faults.append(minor_faults() - before)
-    return [{"preset": args.preset, "projection_shape": [b * t, model.cfg.d_model, weight.shape[0]],
-             "projection_fresh_ms": meds["fresh"] * 1e3, "projection_reused_ms": meds["reused"] * 1e3,
-             "fresh_over_reused": meds["fresh"] / meds["reused"], "step_ms": statistics.median(times) * 1e3,
-             "minor_faults_per_step": statistics.median(faults),
-             "faulted_mib_per_step": statistics.median(faults) * resource.getpagesize() / 2 ** 20}]
+    rows = []
+    for dtype in args.dtypes:
+        name = "bf16" if dtype == torch.bfloat16 else "fp32"
+        model = make_model(args.preset, "baseline", args.vocab, device, dtype)
+        opt, batch = adamw(model), synthetic_batch(b, s, t, model.cfg.vocab_size, device)
+        faults = {"logits": [], "projected": []}
+
+        def timed(loss):
+            def run(i):
+                before = minor_faults()
+                our_step(model, opt, batch, loss)
+                faults[loss].append(minor_faults() - before)
+            return run
+        with matmul_mode(name, device):
+            med = interleave({k: timed(k) for k in faults}, args.steps, device)
+        row = {"preset": args.preset, "dtype": name, "logits_shape": [b * t, model.cfg.vocab_size],
+               "projected_over_logits_speed": med["logits"] / med["projected"]}
+        for k in faults:
+            code = (f"import sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); import bench_model as bm, torch; "
+                    f"torch.set_num_threads({args.threads}); "
+                    f"print(bm.peak_rss_growth({args.preset!r}, {args.vocab}, {[b, s, t]}, {name!r}, {k!r}))")
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            row.update({f"{k}_step_ms": med[k] * 1e3,
+                        f"{k}_faulted_mib_per_step": statistics.median(faults[k][2:]) * resource.getpagesize() / 2 ** 20,
+                        f"{k}_peak_rss_growth_mib": float(out.stdout.split()[-1])})
+        rows.append(row)
+    return rows
 
 
 def part_ranks(args, device):
@@ -347,8 +408,7 @@ def profiled_step(model, opt, batch):
     from torch.profiler import record_function
     src, tgt, lang, *runs = batch
     with record_function("phase: forward + loss"):
-        logits = model(src, model.shift_right(tgt), lang, lang_runs=runs[0] if runs else None)
-        loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
+        loss = step_loss(model, (src, tgt, lang, *runs))
     with record_function("phase: backward"):
         (loss / tgt.numel()).backward()
     with record_function("phase: optimizer"):
@@ -384,23 +444,19 @@ def op_counts(events, steps: int) -> dict[str, float]:
 @contextlib.contextmanager
 def gpu_choices():
     """The model's kernel choices of a GPU step, taken on this CPU, so the ops a GPU step would
-    dispatch can be counted here: PyTorch's own attention kernel, ``F.dropout``, and the loss in
-    one block of rows (the CPU-only choices documented in ``cll_scale.model.model``). A code
-    that predates a choice is left as it is."""
-    saved = {name: getattr(mm, name) for name in ("attention_kernel", "dropout") if hasattr(mm, name)}
-    block = getattr(getattr(mm, "_SmoothedCrossEntropy", None), "BLOCK_CPU", None)
-    if "attention_kernel" in saved:
-        mm.attention_kernel = lambda q: contextlib.nullcontext()
+    dispatch can be counted here: PyTorch's own attention kernel, ``F.dropout``, and the loss's
+    GPU block size (the CPU-only choices documented in ``cll_scale.model.model``)."""
+    saved = {name: getattr(mm, name) for name in ("attention_kernel", "dropout")}
+    block = mm._BlockedCrossEntropy.BLOCK_CPU
+    mm.attention_kernel = lambda q: contextlib.nullcontext()
     mm.dropout = lambda x, p, training: F.dropout(x, p, training) if training and p > 0 else x
-    if block is not None:
-        mm._SmoothedCrossEntropy.BLOCK_CPU = 1 << 62
+    mm._BlockedCrossEntropy.BLOCK_CPU = mm._BlockedCrossEntropy.BLOCK_GPU
     try:
         yield
     finally:
         for name, fn in saved.items():
             setattr(mm, name, fn)
-        if block is not None:
-            mm._SmoothedCrossEntropy.BLOCK_CPU = block
+        mm._BlockedCrossEntropy.BLOCK_CPU = block
 
 
 def count_ops(model, opt, batch) -> dict[str, float]:
@@ -439,17 +495,19 @@ def part_profile(args, device):
 
 def profile_one(args, device, dtype, variant: str) -> tuple[dict, dict[str, float]]:
     """One contender of :func:`part_profile`: ``baseline``, ``fcll`` (one target language a
-    batch) or ``fcll-mixed`` (mixed batches over the 16 languages), LSL 256 as in ``fcll``.
+    batch), ``fcll-mixed`` (mixed batches over the 16 languages) or ``fcll-mixed-per-language``
+    (the same, the LSLs one matmul pair per language), LSL 256 as in ``fcll``.
     -> its row, and each op's self time in ms a step."""
     from torch.profiler import ProfilerActivity, profile
     b, s, t = args.shape
     model = make_model(args.preset, variant.split("-")[0], args.vocab, device, dtype, lsl_dim=256)
     opt = adamw(model)
     batch = synthetic_batch(b, s, t, model.cfg.vocab_size, device)
-    if variant.endswith("-mixed"):
+    if "-mixed" in variant:
         batch = mixed_batch(*batch[:2], seed=0)
+    lsl_form = per_language_lsl() if variant.endswith("-per-language") else contextlib.nullcontext()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with matmul_mode("bf16" if dtype == torch.bfloat16 else "fp32", device):
+    with matmul_mode("bf16" if dtype == torch.bfloat16 else "fp32", device), lsl_form:
         for _ in range(2):
             profiled_step(model, opt, batch)
         sync(device)
@@ -481,7 +539,7 @@ def profile_one(args, device, dtype, variant: str) -> tuple[dict, dict[str, floa
 
 
 PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks,
-         "profile": part_profile, "alloc": part_alloc}
+         "profile": part_profile, "loss": part_loss}
 
 
 def main(argv=None) -> int:
@@ -496,7 +554,8 @@ def main(argv=None) -> int:
     p.add_argument("--rank-steps", type=int, default=40)
     p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--profile-variants", default="baseline",
-                   help="profile's contenders, the first the reference: baseline, fcll, fcll-mixed")
+                   help="profile's contenders, the first the reference: baseline, fcll, fcll-mixed, "
+                        "fcll-mixed-per-language")
     p.add_argument("--shards", default=str(ROOT / "data" / "shards" / "multi30k-centered"))
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="GPU dense bf16 peak for MFU (default: the datasheet figure of the device, by name)")

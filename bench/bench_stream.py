@@ -27,7 +27,7 @@ import json, sys, time, torch
 from cll_scale.core import hardware
 from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.data.manifest import Manifest
-from cll_scale.model.model import CLLTransformer, label_smoothed_loss
+from cll_scale.model.model import CLLTransformer, projected_loss
 from cll_scale.data.stream import ShardStream, StreamConfig
 shards, max_tokens = sys.argv[1], int(sys.argv[2])
 m = Manifest.load(shards)
@@ -42,8 +42,9 @@ tokens, t0 = 0, None
 for i, b in enumerate(batches):
     if i == 2:
         t0 = time.perf_counter()
-    loss, _ = label_smoothed_loss(model(b.src_tokens, model.shift_right(b.tgt_tokens), b.tgt_lang, lang_runs=b.lang_runs),
-                                  b.tgt_tokens, cfg.pad_id, 0.1)
+    features = model(b.src_tokens, model.shift_right(b.tgt_tokens), b.tgt_lang, lang_runs=b.lang_runs,
+                     features_only=True)
+    loss, _ = projected_loss(features, model.embed.weight, b.tgt_tokens, cfg.pad_id, 0.1)
     (loss / b.ntokens).backward()
     opt.step()
     opt.zero_grad(set_to_none=True)

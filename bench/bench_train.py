@@ -50,7 +50,7 @@ from cll_scale.training import collectives  # noqa: E402
 from cll_scale.training import engine as ds  # noqa: E402
 from cll_scale.core import hardware  # noqa: E402
 from cll_scale.training import precision  # noqa: E402
-from cll_scale.model.model import CLLTransformer, label_smoothed_loss  # noqa: E402
+from cll_scale.model.model import CLLTransformer, projected_loss  # noqa: E402
 from cll_scale.run.build import build_run  # noqa: E402
 from cll_scale.run.trainer import Trainer  # noqa: E402
 from bench_model import minor_faults, mixed_batch, op_counts, synthetic_batch  # noqa: E402
@@ -85,8 +85,9 @@ def plain_step_fn(trainer: Trainer):
 
     def step(batch):
         dev = batch.to(trainer.device)
-        logits = model(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs)
-        loss, _ = label_smoothed_loss(logits, dev.tgt_tokens, model.cfg.pad_id, 0.1)
+        features = model(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs,
+                         features_only=True)
+        loss, _ = projected_loss(features, model.embed.weight, dev.tgt_tokens, model.cfg.pad_id, 0.1)
         (loss / batch.ntokens).backward()
         if trainer.cfg.optim.clip_norm:
             torch.nn.utils.clip_grad_norm_(model.parameters(), trainer.cfg.optim.clip_norm, foreach=True)
@@ -239,8 +240,8 @@ def engine_step_fn(model: CLLTransformer, ds_cfg_path: str, tmp: Path):
 
     def step(batch, lang_runs):
         src, tgt, tgt_lang = batch
-        logits = engine(src, engine.module.shift_right(tgt), tgt_lang, lang_runs=lang_runs)
-        loss, _ = label_smoothed_loss(logits, tgt, 0, 0.1)
+        features = engine(src, engine.module.shift_right(tgt), tgt_lang, lang_runs=lang_runs, features_only=True)
+        loss, _ = projected_loss(features, engine.module.embed.weight, tgt, 0, 0.1)
         engine.backward(loss / tgt.numel())
         holder["opt"].loss_ok = torch.isfinite(loss)
         engine.step()

@@ -16,14 +16,16 @@ def run_bench(script, *args, tmp_path):
     return json.loads(out.read_text())
 
 
-def test_bench_model_profiles_and_counts_fresh_memory_at_tiny(tmp_path):
-    res = run_bench("bench_model.py", "--only", "alloc", "--only", "profile", "--preset", "tiny", "--shape", "8", "8",
+def test_bench_model_profiles_and_measures_the_loss_forms_at_tiny(tmp_path):
+    res = run_bench("bench_model.py", "--only", "loss", "--only", "profile", "--preset", "tiny", "--shape", "8", "8",
                     "8", "--steps", "2", "--profile-steps", "1", "--profile-variants", "baseline,fcll-mixed",
                     "--threads", "1", tmp_path=tmp_path)
-    (alloc,) = res["alloc"]
-    assert alloc["projection_shape"] == [64, 32, 8000]          # 8 x 8 target tokens, tiny d_model, vocabulary
-    assert alloc["projection_fresh_ms"] > 0 and alloc["projection_reused_ms"] > 0 and alloc["step_ms"] > 0
-    assert alloc["minor_faults_per_step"] >= 0
+    assert [r["dtype"] for r in res["loss"]] == ["fp32", "bf16"]
+    for row in res["loss"]:
+        assert row["logits_shape"] == [64, 8000]          # 8 x 8 target tokens, the vocabulary
+        for form in ("logits", "projected"):
+            assert row[f"{form}_step_ms"] > 0 and row[f"{form}_faulted_mib_per_step"] >= 0
+            assert row[f"{form}_peak_rss_growth_mib"] >= 0
     rows = {(r["dtype"], r["variant"]): r for r in res["profile"]}
     assert set(rows) == {(d, v) for d in ("fp32", "bf16") for v in ("baseline", "fcll-mixed")}
     for dtype in ("fp32", "bf16"):

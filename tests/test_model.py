@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from cll_scale.model.config import PRESETS, ModelConfig
-from cll_scale.model.model import CLLTransformer, LangGroups, label_smoothed_loss, label_smoothed_loss_graph
+from cll_scale.model.model import (CLLTransformer, LangGroups, label_smoothed_loss, label_smoothed_loss_graph,
+                                   projected_loss, projected_loss_graph)
 
 LANGS = ["en", "de", "fr", "cs"]          # en is central: de, fr, cs get LSLs
 
@@ -154,32 +155,53 @@ def test_label_smoothed_loss_matches_torch():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_blocked_loss_gives_the_plain_ops_loss_and_gradient(dtype, monkeypatch):
-    """Issue 54: the loss in blocks of rows (never the whole fp32 log-probabilities) equals the
-    plain-ops form that train.compile compiles, in value, NLL and the gradient of the logits, for
-    blocks that do and do not divide the rows; pad rows get no gradient."""
-    from cll_scale.model.model import _SmoothedCrossEntropy
+    """The loss in blocks of rows (never the whole fp32 log-probabilities), from logits and from
+    features through the tied projection (never the logits themselves), equals the plain-ops form
+    in value, NLL and the gradients of every input, for blocks that do and do not divide the rows;
+    pad rows get no gradient."""
+    from cll_scale.model.model import _BlockedCrossEntropy
     torch.manual_seed(0)
-    logits = (torch.randn(5, 7, 300) * 4).to(dtype)
+    features = torch.randn(5, 7, 16).to(dtype)
+    weight = (torch.randn(300, 16) * 0.7).to(dtype)
     target = torch.randint(1, 300, (5, 7))
     target[1, 4:] = 0
-    grads = {}
-    for name, fn, block in (("plain", label_smoothed_loss_graph, None), ("one", label_smoothed_loss, 1 << 18),
-                            ("rows of 4", label_smoothed_loss, 4 * 300)):
-        if block:
-            monkeypatch.setattr(_SmoothedCrossEntropy, "BLOCK_CPU", block)
-        x = logits.clone().requires_grad_()
-        loss, nll = fn(x, target, 0, 0.1)
-        (0.5 * loss).backward()
-        assert x.grad.dtype == dtype and not nll.requires_grad
-        grads[name] = (loss.detach(), nll, x.grad.float())
-    ref = grads.pop("plain")
-    for name, (loss, nll, grad) in grads.items():
-        torch.testing.assert_close(loss, ref[0], msg=name)
-        torch.testing.assert_close(nll, ref[1], msg=name)
-        # bf16 gradients: one rounding of the same fp32 value, so within one bf16 step of it
-        torch.testing.assert_close(grad, ref[2], atol=1e-6 if dtype == torch.float32 else 2e-3, rtol=1e-2, msg=name)
-        assert grad[1, 4:].abs().sum() == 0
-        assert grad[0].abs().sum() > 0
+    results = {}
+    for form, plain, blocked in (("logits", label_smoothed_loss_graph, label_smoothed_loss),
+                                 ("features", projected_loss_graph, projected_loss)):
+        for name, fn, block in (("plain", plain, None), ("one", blocked, 1 << 21), ("rows of 4", blocked, 4 * 300)):
+            if block:
+                monkeypatch.setattr(_BlockedCrossEntropy, "BLOCK_CPU", block)
+            h, w = features.clone().requires_grad_(), weight.clone().requires_grad_()
+            inputs = (torch.nn.functional.linear(h, w).detach().requires_grad_(),) if form == "logits" else (h, w)
+            loss, nll = fn(*inputs, target, 0, 0.1)
+            (0.5 * loss).backward()
+            assert all(x.grad.dtype == dtype for x in inputs) and not nll.requires_grad
+            results[form, name] = (loss.detach(), nll, *(x.grad.float() for x in inputs))
+    for (form, name), got in results.items():
+        ref = results[form, "plain"]
+        torch.testing.assert_close(got[0], ref[0], msg=f"{form} {name}")
+        torch.testing.assert_close(got[1], ref[1], msg=f"{form} {name}")
+        for grad, want in zip(got[2:], ref[2:]):
+            # bf16 gradients: roundings of the same fp32 values, so within about one bf16 step of
+            # them (the weight's per block, summed in fp32)
+            torch.testing.assert_close(grad, want, atol=1e-5 if dtype == torch.float32 else 4e-3, rtol=1e-2,
+                                       msg=f"{form} {name}")
+        assert got[2].view(5, 7, -1)[1, 4:].abs().sum() == 0 and got[2].view(5, 7, -1)[0].abs().sum() > 0
+
+
+def test_the_projected_loss_without_grad_computes_no_gradient_and_says_so():
+    """Validation takes the loss under torch.no_grad(): no gradient work is done then (the forward
+    would otherwise compute the gradients it carries), and a backward through such a loss fails
+    with a clear message instead of a wrong gradient."""
+    h, w = torch.randn(6, 8, requires_grad=True), torch.randn(50, 8, requires_grad=True)
+    target = torch.randint(1, 50, (6,))
+    with torch.no_grad():
+        quiet, _ = projected_loss(h, w, target, 0, 0.1)
+    loud, _ = projected_loss(h, w, target, 0, 0.1)
+    torch.testing.assert_close(quiet, loud.detach())
+    assert not quiet.requires_grad
+    loss, _ = projected_loss(h.detach(), w.detach(), target, 0, 0.1)
+    assert not loss.requires_grad
 
 
 def test_model_module_imports_no_deepspeed():
@@ -269,14 +291,15 @@ def test_compiled_blocks_trace_once_for_every_batch_shape_and_language():
     eager, compiled = CLLTransformer(cfg), CLLTransformer(cfg)
     compiled.load_state_dict(eager.state_dict())
     compiled.compile_blocks("aot_eager")
-    loss_fn = torch.compile(label_smoothed_loss_graph, backend="aot_eager", dynamic=True)
+    loss_fn = torch.compile(projected_loss_graph, backend="aot_eager", dynamic=True)
     for i, (b, s, t, lang) in enumerate([(4, 7, 9, 1), (6, 11, 5, 2), (3, 13, 8, 0), (8, 5, 6, 3), (5, 9, 12, 1)]):
         src, tgt = torch.randint(4, 100, (b, s)), torch.randint(4, 100, (b, t))
         results = []
-        for model, fn in ((eager, label_smoothed_loss), (compiled, loss_fn)):
+        for model, fn in ((eager, projected_loss), (compiled, loss_fn)):
             torch.manual_seed(i)                      # the same dropout draws
-            logits = model(src, model.shift_right(tgt), torch.full((b,), lang), lang_runs=((lang, b),))
-            loss, _ = fn(logits, tgt, 0, 0.1)
+            features = model(src, model.shift_right(tgt), torch.full((b,), lang), lang_runs=((lang, b),),
+                             features_only=True)
+            loss, _ = fn(features, model.embed.weight, tgt, 0, 0.1)
             model.zero_grad()
             loss.backward()
             results.append((loss.detach(), model.embed.weight.grad.clone(), model.lsl[0].grad))

@@ -21,6 +21,20 @@ def test_peak_table_reads_device_names_by_word():
     assert peak_bf16_tflops("Tesla T4") is None
 
 
+def test_the_bf16_probe_cache_is_kept_apart_for_capped_instruction_sets(tmp_path, monkeypatch):
+    """The stand-in of a CPU without bf16 units caps the kernels' instruction sets on a CPU that
+    has them (ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY): its probe must not
+    land in the uncapped CPU's cache entry, or every later run there would take bf16 for slow."""
+    from cll_scale.core import hardware
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for isa in ("", "AVX2"):
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", isa)
+        hardware._bf16_speedup.cache_clear()
+        hardware.cpu_bf16_speedup(1)
+    hardware._bf16_speedup.cache_clear()
+    assert len(list((tmp_path / "cll-scale").glob("cpu-bf16-*.json"))) == 2
+
+
 @pytest.mark.slow
 def test_named_ds_configs_resolve_and_say_their_precision():
     assert resolve_ds_config("cpu_bf16.json") == (DS_CONFIGS / "cpu_bf16.json", "named by the recipe")

@@ -49,7 +49,12 @@ def _bf16_speedup(threads: int) -> float:
     import hashlib
     import time
     model, flags = cpu_model_and_flags()
-    key = hashlib.sha256(f"{model}|{flags}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
+    # The instruction sets the kernels may use, not only those the CPU has: capped ones (the
+    # stand-in of a CPU without bf16 units, docs/usage.md) would otherwise read a cache that the
+    # uncapped CPU wrote, and the reverse.
+    isa = "|".join([torch.backends.cpu.get_cpu_capability(),
+                    *(os.environ.get(k, "") for k in ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS"))])
+    key = hashlib.sha256(f"{model}|{flags}|{isa}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cll-scale" / f"cpu-bf16-{key}.json"
     try:
         return float(json.loads(cache.read_text())["speedup"])

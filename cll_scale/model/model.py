@@ -169,6 +169,19 @@ class LangGroups:
     # slot -> per CLL layer (w1, b1, w2, b2, t): views into that language's one Parameter, taken
     # by the model for the slots present (CLLTransformer.lsl_views)
     weights: dict[int, list[tuple[torch.Tensor, ...]]] = field(default_factory=dict)
+    # For a batch with several LSL languages, on the device: each LSL row's group among them
+    # (B_l,) and each group's end row (G,) (:meth:`index_lsl_rows`)
+    row_group: torch.Tensor | None = None
+    group_ends: torch.Tensor | None = None
+
+    def index_lsl_rows(self, slots: torch.Tensor) -> None:
+        """``slots``: the LSL slot of each LSL row, rows grouped. Device ops only (no host read,
+        no copy from the host), once per forward: a row's group is the number of slot changes
+        before it, a group's end the first row of the next."""
+        n = sum(1 for slot, _, _ in self.groups if slot >= 0)
+        change = (slots[1:] != slots[:-1]).long()
+        self.row_group = torch.cat([change.new_zeros(1), change.cumsum(0)])
+        self.group_ends = torch.searchsorted(self.row_group, torch.arange(1, n + 1, device=slots.device))
 
     @classmethod
     def from_slots(cls, slots: torch.Tensor) -> "LangGroups":
@@ -189,6 +202,20 @@ class LangGroups:
         if torch.equal(order, torch.arange(b, device=slots.device)):
             return cls(groups)
         return cls(groups, order, torch.argsort(order))
+
+
+def grouped_mm_runs(x: torch.Tensor) -> bool:
+    """Whether ``F.grouped_mm`` takes ``x``: torch >= 2.8 has it (setup.py allows older builds),
+    on a CPU in any precision, on a GPU in bf16 from compute capability 8.0 (its kernels' bound)."""
+    if not hasattr(F, "grouped_mm"):
+        return False
+    if x.device.type == "cpu":
+        return True
+    if x.device.type != "cuda" or x.dtype != torch.bfloat16:
+        return False
+    # Without a CUDA runtime a cuda tensor is a fake one (tests/test_fake_cuda.py checks the GPU
+    # path on a CPU): it takes the choice of the GPUs this project trains on (H100, H200).
+    return not torch.cuda.is_available() or torch.cuda.get_device_capability(x.device) >= (8, 0)
 
 
 class CLLFeedForward(nn.Module):
@@ -231,10 +258,29 @@ class CLLFeedForward(nn.Module):
         return out if groups.inverse is None else out.index_select(0, groups.inverse)
 
     def _mixed(self, x: torch.Tensor, out: torch.Tensor, groups: LangGroups) -> torch.Tensor:
-        """Rows grouped by language, the central language's first (slot -1 sorts lowest): one
-        matmul pair per language present, and the element-wise rest (ReLU, dropout, t_l, the sum)
-        once over every LSL row, not once per language (issue 54: a `small` step mixed over 16
-        languages launches 853 kernels with a GPU's choices, against 1,486 once per language)."""
+        """Rows grouped by language, the central language's first (slot -1 sorts lowest). The
+        languages' LSL weights are stacked for this layer and each of the LSL's two linear layers
+        is one grouped matmul over every LSL row (``F.grouped_mm``: each row block by its own
+        language's weight); biases and t_l are gathered per row, and the element-wise rest (ReLU,
+        dropout, t_l, the sum) runs once over every LSL row."""
+        lsl = [groups.weights[slot][self.index] for slot, _, _ in groups.groups if slot >= 0]
+        first = next(s for slot, s, _ in groups.groups if slot >= 0)    # rows before: the central language's
+        if not grouped_mm_runs(x) or groups.row_group is None:
+            return self._mixed_per_language(x, out, groups)
+        w1, b1, w2, b2, t = (torch.stack(ws) for ws in zip(*lsl))       # (G, R, D) (G, R) (G, D, R) (G, D) (G, 1)
+        rows, length = x.shape[0] - first, x.shape[1]
+        offs = (groups.group_ends * length).to(torch.int32)              # each group's end, in tokens
+        idx = groups.row_group                                           # (B_l,)
+        h = F.grouped_mm(x[first:].reshape(rows * length, -1), w1.transpose(1, 2), offs=offs)
+        h = F.relu(self.lsl1(h.view(rows, length, -1) + b1[idx][:, None]))          # (B_l, T, R)
+        h = F.grouped_mm(h.reshape(rows * length, -1), w2.transpose(1, 2), offs=offs)
+        h = self.lsl2(h.view(rows, length, -1) + b2[idx][:, None])                  # (B_l, T, D)
+        h = t[idx].view(-1, *(1,) * (h.dim() - 1)) * dropout(h, self.cll_dropout, self.training)
+        return torch.cat([out[:first], out[first:] + h]) if first else out + h
+
+    def _mixed_per_language(self, x: torch.Tensor, out: torch.Tensor, groups: LangGroups) -> torch.Tensor:
+        """:meth:`_mixed` where ``F.grouped_mm`` does not run: one matmul pair per language
+        present, the element-wise rest once over every LSL row."""
         lsl = [(groups.weights[slot][self.index], s, e) for slot, s, e in groups.groups if slot >= 0]
         first = lsl[0][1]                       # rows before it are the central language's
         h = F.relu(self.lsl1(torch.cat([F.linear(x[s:e], w[0], w[1]) for w, s, e in lsl])))
@@ -415,6 +461,9 @@ class CLLTransformer(nn.Module):
         if groups is None:
             groups = LangGroups.from_slots(self.lang_slot[tgt_lang])
         groups.weights = {slot: self.lsl_views(slot) for slot, _, _ in groups.groups if slot >= 0}
+        if len(groups.weights) > 1:
+            slots = self.lang_slot[tgt_lang] if groups.order is None else self.lang_slot[tgt_lang[groups.order]]
+            groups.index_lsl_rows(slots[next(s for slot, s, _ in groups.groups if slot >= 0):])
         return groups
 
     def _host_groups(self, lang_runs: Sequence[tuple[int, int]]) -> LangGroups | None:
@@ -439,14 +488,17 @@ class CLLTransformer(nn.Module):
         return [tuple(views[i:i + k]) for i in range(0, len(views), k)]
 
     def decode(self, prev_tokens, enc_out, enc_mask, tgt_lang, cache: list | None = None, offset: int = 0,
-               use_lsl: bool = True, groups: LangGroups | None = None) -> torch.Tensor:
-        """-> logits (B, T, V). With ``cache`` (from :meth:`new_cache`), ``prev_tokens`` are the
-        newest positions starting at ``offset``."""
+               use_lsl: bool = True, groups: LangGroups | None = None, features_only: bool = False
+               ) -> torch.Tensor:
+        """-> logits (B, T, V), or with ``features_only`` the decoder's output features (B, T, D)
+        before the tied output projection (:func:`projected_loss` takes them). With ``cache`` (from
+        :meth:`new_cache`), ``prev_tokens`` are the newest positions starting at ``offset``."""
         groups = groups if groups is not None else self.lang_groups(tgt_lang)
         x = self._embed(prev_tokens, offset)
         for i, layer in enumerate(self.decoder):
             x = layer(x, enc_out, enc_mask, groups, None if cache is None else cache[i], use_lsl)
-        return F.linear(self.dec_norm(x), self.embed.weight)       # (B, T, V), tied weights
+        x = self.dec_norm(x)
+        return x if features_only else F.linear(x, self.embed.weight)       # (B, T, V), tied weights
 
     def components(self) -> dict[tuple[int, str], nn.Module]:
         """(decoder layer, name) -> the module whose output is that component, for hooks: ``ffn1``
@@ -471,10 +523,12 @@ class CLLTransformer(nn.Module):
         return [{"self": {}, "cross": {}} for _ in self.decoder]
 
     def forward(self, src_tokens: torch.Tensor, prev_output_tokens: torch.Tensor,
-                tgt_lang: torch.Tensor, lang_runs: Sequence[tuple[int, int]] | None = None) -> torch.Tensor:
+                tgt_lang: torch.Tensor, lang_runs: Sequence[tuple[int, int]] | None = None,
+                features_only: bool = False) -> torch.Tensor:
+        """-> logits (B, T, V), or the features (B, T, D) with ``features_only`` (see :meth:`decode`)."""
         enc_out, enc_mask = self.encode(src_tokens)
         return self.decode(prev_output_tokens, enc_out, enc_mask, tgt_lang,
-                           groups=self.lang_groups(tgt_lang, lang_runs))
+                           groups=self.lang_groups(tgt_lang, lang_runs), features_only=features_only)
 
     # -- helpers -------------------------------------------------------------------------------
     def shift_right(self, tgt_tokens: torch.Tensor) -> torch.Tensor:
@@ -517,20 +571,29 @@ def _read_old_layouts(state_dict, prefix, *_):
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross entropy and summed NLL over non-pad target tokens.
-
-    The fp32 arithmetic of :func:`label_smoothed_loss_graph`, in blocks of rows
-    (:class:`_SmoothedCrossEntropy`), so the fp32 (tokens × vocabulary) log-probabilities are never
-    written out: that tensor, its gather and sums and their backward were about a sixth of the bf16
-    `small` step on a CPU (the step 1.20x as fast without them, issue 54)."""
+    """Summed label-smoothed cross entropy and summed NLL over non-pad target tokens, from logits
+    (B, T, V): the form for code that has the logits anyway (analyses, tests). Training and
+    validation use :func:`projected_loss`, which never makes them."""
     flat = logits.reshape(-1, logits.shape[-1])
-    return _SmoothedCrossEntropy.apply(flat, target.reshape(-1), pad_id, float(smoothing))
+    return _BlockedCrossEntropy.apply(flat, None, target.reshape(-1), pad_id, float(smoothing),
+                                      _wants_grad(flat))
+
+
+def projected_loss(features: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, pad_id: int,
+                   smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`label_smoothed_loss` of the logits ``features @ weight.T`` (the tied output projection:
+    ``features`` (B, T, D) from ``model(..., features_only=True)``, ``weight`` (V, D) the embedding),
+    computed in blocks of rows so that neither the (B·T, V) logits nor their gradient is ever whole:
+    at `small` (4,096 target tokens, V = 8,000) those were 64 MiB each in bf16, written fresh every
+    step (issue 54's profile: fresh memory about 11% of the bf16 step on a CPU)."""
+    flat = features.reshape(-1, features.shape[-1])
+    return _BlockedCrossEntropy.apply(flat, weight, target.reshape(-1), pad_id, float(smoothing),
+                                      _wants_grad(flat, weight))
 
 
 def label_smoothed_loss_graph(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
                               ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`label_smoothed_loss` in plain tensor ops: what ``train.compile`` compiles (its
-    compiler fuses them itself) and what the fused form is tested against."""
+    """:func:`label_smoothed_loss` in plain tensor ops: what the blocked form is tested against."""
     # fp32 log-probabilities (bf16 logits lose too much in the sum), upcast inside the kernel.
     lprobs = F.log_softmax(logits.reshape(-1, logits.shape[-1]), dim=-1, dtype=torch.float32)   # (B*T, V)
     tgt = target.reshape(-1, 1)
@@ -542,59 +605,91 @@ def label_smoothed_loss_graph(logits: torch.Tensor, target: torch.Tensor, pad_id
     return loss, nll.detach()
 
 
-class _SmoothedCrossEntropy(torch.autograd.Function):
-    """Label-smoothed cross entropy over (N, V) logits, fp32 inside, in blocks of rows.
+def projected_loss_graph(features: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, pad_id: int,
+                         smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`projected_loss` in plain tensor ops: what ``train.compile`` compiles (its compiler
+    fuses the element-wise work itself)."""
+    return label_smoothed_loss_graph(F.linear(features, weight), target, pad_id, smoothing)
 
-    A block's fp32 log-probabilities give its rows' NLL and smoothing term (their sum) and are
-    dropped. The forward keeps the logits in their own dtype (bf16: half the size of the fp32
-    log-probabilities the plain form keeps) and each row's log-sum-exp ``lse``; the backward
-    recomputes ``p`` from them. The gradient of
-    ``(1-ε)·nll + ε/V·smooth`` with respect to ``x_v`` is ``p_v - ε/V - (1-ε)·[v = t]`` on kept rows,
-    written straight into a gradient in the logits' dtype. A block holds ``BLOCK_CPU`` elements in fp32
-    on a CPU (it stays in cache); on a GPU ``BLOCK_GPU`` (1 GiB of fp32): one block for any batch
-    but the largest, so few kernels, with the transient fp32 tensor bounded."""
 
-    BLOCK_CPU = 1 << 18         # 1 MiB of fp32: about 1.1x faster than 8 MiB blocks here
-    BLOCK_GPU = 1 << 28
+def _wants_grad(*tensors: torch.Tensor | None) -> bool:
+    # Read here, not in the Function: its forward runs with grad mode off, and needs_input_grad
+    # says True under torch.no_grad() too (validation would then compute gradients for nothing).
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+class _BlockedCrossEntropy(torch.autograd.Function):
+    """Label-smoothed cross entropy in blocks of rows, fp32 inside, of logits ``x`` (N, V) or, with
+    ``weight`` (V, D), of the logits ``x @ weight.T`` of features ``x`` (N, D).
+
+    A block's fp32 log-probabilities give its rows' NLL and smoothing term (their sum); when a
+    gradient is wanted they become the block's gradient of the logits in place, which goes straight
+    into the inputs' gradients, and are dropped. So the forward computes the gradients (as fused
+    linear cross-entropy kernels do) and the backward only scales them by the loss's incoming
+    gradient (a scalar): the projection is never recomputed, and nothing of size N × V is saved.
+    The gradient of ``(1-ε)·nll + ε/V·smooth`` with respect to logit ``x_v`` is
+    ``p_v - ε/V - (1-ε)·[v = t]`` on kept rows and 0 on pad rows.
+
+    Block size, in fp32 elements of (rows × V): on a CPU ``BLOCK_CPU`` (a block's matmuls need a
+    few hundred rows to run near the matmul peak, and the block should stay in the caches); on a
+    GPU ``BLOCK_GPU`` (256 MiB of fp32: few kernels, the transient tensor bounded)."""
+
+    BLOCK_CPU = 1 << 21
+    BLOCK_GPU = 1 << 26
 
     @staticmethod
-    def _blocks(x: torch.Tensor) -> tuple[range, int]:
-        n, v = x.shape
-        block = _SmoothedCrossEntropy.BLOCK_CPU if x.device.type == "cpu" else _SmoothedCrossEntropy.BLOCK_GPU
-        rows = max(1, min(n, block // v))         # never more rows than the batch has
-        return range(0, n, rows), rows
+    def rows_per_block(x: torch.Tensor, v: int) -> int:
+        block = _BlockedCrossEntropy.BLOCK_CPU if x.device.type == "cpu" else _BlockedCrossEntropy.BLOCK_GPU
+        return max(1, min(x.shape[0], block // v))         # never more rows than the batch has
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float):
-        n, v = x.shape
+    def forward(ctx, x, weight, target, pad_id: int, smoothing: float, with_grad: bool):
+        n, v = x.shape[0], (x.shape[1] if weight is None else weight.shape[0])
+        eps = smoothing
         keep = target != pad_id
         lp_t = torch.empty(n, dtype=torch.float32, device=x.device)       # log p of the target
         lp_sum = torch.empty(n, dtype=torch.float32, device=x.device)     # Σ_v log p_v
-        starts, rows = _SmoothedCrossEntropy._blocks(x)
-        for s in starts:
-            lp = F.log_softmax(x[s:s + rows], -1, dtype=torch.float32)   # one fused pass, upcast inside
-            torch.sum(lp, -1, out=lp_sum[s:s + rows])
-            lp_t[s:s + rows] = lp.gather(1, target[s:s + rows, None]).squeeze(1)
+        grad_x = torch.empty_like(x) if with_grad else None
+        # The weight's gradient sums over every block: in fp32, whatever the weight's dtype.
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) \
+            if with_grad and weight is not None else None
+        rows = _BlockedCrossEntropy.rows_per_block(x, v)
+        scale = keep.to(torch.float32)[:, None]                            # (N, 1): 0 on pad rows
+        at_target = torch.full((rows, 1), eps - 1.0, device=x.device)     # -(1-ε) at each row's target
+        for s in range(0, n, rows):
+            e = min(s + rows, n)
+            logits = x[s:e] if weight is None else F.linear(x[s:e], weight)     # (rows, V)
+            lp = F.log_softmax(logits, -1, dtype=torch.float32)                 # upcast inside
+            torch.sum(lp, -1, out=lp_sum[s:e])
+            lp_t[s:e] = lp.gather(1, target[s:e, None]).squeeze(1)
+            if not with_grad:
+                continue
+            g = lp.exp_().sub_(eps / v)
+            g.scatter_add_(1, target[s:e, None], at_target[:e - s])
+            g = g.mul_(scale[s:e]).to(x.dtype)                                  # (rows, V)
+            if weight is None:
+                grad_x[s:e] = g
+            else:
+                grad_x[s:e] = g @ weight        # (rows, D); no out=: the bf16-in-fp32 mode takes none
+                if grad_w.dtype == g.dtype:
+                    grad_w.addmm_(g.t(), x[s:e])
+                else:
+                    grad_w += g.t() @ x[s:e]                                   # (V, D)
         nll = -(lp_t * keep).sum()
         smooth = -(lp_sum * keep).sum()
-        loss = (1.0 - smoothing) * nll + smoothing / v * smooth
-        lse = x.gather(1, target[:, None]).squeeze(1).float() - lp_t      # log Σ_v exp(x_v), per row
-        ctx.save_for_backward(x, target, keep, lse)
-        ctx.smoothing = smoothing
+        loss = (1.0 - eps) * nll + eps / v * smooth
+        ctx.save_for_backward(grad_x, grad_w)
+        ctx.weight_dtype = None if weight is None else weight.dtype
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll):
-        x, target, keep, lse = ctx.saved_tensors
-        eps, v = ctx.smoothing, x.shape[1]
-        grad = torch.empty_like(x)
-        scale = keep.float() * grad_loss.float()          # (N,): 0 on pad rows
-        starts, rows = _SmoothedCrossEntropy._blocks(x)
-        at_target = torch.full((rows, 1), eps - 1.0, device=x.device)   # -(1-ε) at each row's target
-        for s in starts:
-            e = min(s + rows, x.shape[0])
-            p = (x[s:e].float() - lse[s:e, None]).exp_().sub_(eps / v)
-            p.scatter_add_(1, target[s:e, None], at_target[:e - s])
-            grad[s:e] = p.mul_(scale[s:e, None])
-        return grad, None, None, None
+        grad_x, grad_w = ctx.saved_tensors
+        if grad_x is None:
+            raise RuntimeError("this loss was computed without gradients (under torch.no_grad() or with "
+                               "inputs that need none): compute it again with grad enabled")
+        grad_x = grad_x * grad_loss.to(grad_x.dtype)
+        if grad_w is not None:
+            grad_w = (grad_w * grad_loss).to(ctx.weight_dtype)
+        return grad_x, grad_w, None, None, None, None

@@ -24,7 +24,7 @@ from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import ShardStream, StreamConfig
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode
 from cll_scale.model.export import export_model_config, load_export
-from cll_scale.model.model import CLLTransformer, label_smoothed_loss, label_smoothed_loss_graph
+from cll_scale.model.model import CLLTransformer, projected_loss, projected_loss_graph
 from cll_scale.run.recipe import RunConfig, build_configs
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
@@ -138,7 +138,7 @@ class Run:
     lock: DirLock | None
     frozen: dict[str, torch.Tensor] = field(default_factory=dict)  # frozen tensors as init_from has them
     guard: GuardedAdamW | None = None      # the client optimizer that decides skips on the device
-    loss_fn: object = label_smoothed_loss
+    loss_fn: object = projected_loss      # (features, weight, target, pad_id, smoothing)
     touch_lsls: bool = False
     peak_flops: float | None = None        # of all ranks together, for MFU
 
@@ -238,7 +238,7 @@ def _build(cfg: RunConfig, manifest: Manifest, run_dir: Path, lock, rank: int, w
     model = CLLTransformer(cfg.model)
     frozen = init_and_freeze(model, cfg.train.init_from, cfg.train.freeze, tag, say)
     ds_config = ds.make_ds_config(cfg.train.ds_config, cfg.optim, cfg.train.grad_accum, world, run_dir, universal)
-    guard, loss_fn = None, label_smoothed_loss
+    guard, loss_fn = None, projected_loss
     if cfg.train.compile:
         loss_fn = compile_model(model, cfg.train.compile)
 
@@ -357,12 +357,12 @@ def init_and_freeze(model: CLLTransformer, init_from: str, freeze: list[str], ta
 
 
 def compile_model(model: CLLTransformer, backend: str):
-    """Compile the blocks in place (parameter names unchanged) and return the compiled loss, which
-    fuses log-softmax, gather and sums, so the fp32 (tokens × vocabulary) log-probabilities are
-    never written out."""
+    """Compile the blocks in place (parameter names unchanged) and return the compiled loss (the
+    output projection and the loss in plain ops, :func:`projected_loss_graph`), whose element-wise
+    work the compiler fuses."""
     backends = torch._dynamo.list_backends(exclude_tags=())
     if backend not in backends:
         raise ValueError(f"train.compile={backend!r} is not a torch.compile backend "
                          f"({', '.join(backends)}; \"\" for none)")
     model.compile_blocks(backend)
-    return torch.compile(label_smoothed_loss_graph, backend=backend, dynamic=True)
+    return torch.compile(projected_loss_graph, backend=backend, dynamic=True)

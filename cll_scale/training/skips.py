@@ -15,7 +15,7 @@ import sys
 import torch
 
 from cll_scale.core.cli import DeviceError
-from cll_scale.model.model import label_smoothed_loss
+from cll_scale.model.model import projected_loss
 from cll_scale.training.metrics import WindowSums
 
 
@@ -38,8 +38,9 @@ class OutOfMemorySkip:
               file=sys.stderr, flush=True)
         dev = batch.head(rows=1, tokens=2).to(self.device)
         model = engine.module
-        logits = engine(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs)
-        loss, nll = label_smoothed_loss(logits, dev.tgt_tokens, self.pad_id, 0.0)
+        features = engine(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs,
+                          features_only=True)
+        loss, nll = projected_loss(features, model.embed.weight, dev.tgt_tokens, self.pad_id, 0.0)
         return loss * 0.0, nll * 0.0
 
     @staticmethod

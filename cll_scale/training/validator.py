@@ -18,7 +18,7 @@ from cll_scale.evaluation.evaluator import score_model
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
-from cll_scale.model.model import label_smoothed_loss
+from cll_scale.model.model import projected_loss
 from cll_scale.training import collectives
 
 BEST_METRICS = ("", "valid_nll", "valid_bleu")
@@ -91,9 +91,10 @@ class Validator:
                 if self.cfg.max_batches and i >= self.cfg.max_batches:
                     break
                 batch = batch.to(self.device)
-                logits = engine(batch.src_tokens, model.shift_right(batch.tgt_tokens), batch.tgt_lang,
-                                lang_runs=batch.lang_runs)
-                sums[k, 0] += label_smoothed_loss(logits, batch.tgt_tokens, model.cfg.pad_id, 0.0)[1].double()
+                features = engine(batch.src_tokens, model.shift_right(batch.tgt_tokens), batch.tgt_lang,
+                                  lang_runs=batch.lang_runs, features_only=True)
+                nll = projected_loss(features, model.embed.weight, batch.tgt_tokens, model.cfg.pad_id, 0.0)[1]
+                sums[k, 0] += nll.double()
                 sums[k, 1] += batch.ntokens
         torch.distributed.all_reduce(sums)
         per_dir = {d: nll / max(n, 1) for d, (nll, n) in zip(directions, sums.tolist())}   # one read
