@@ -1,7 +1,7 @@
 """Speed of the CLL Transformer's training step, as ratios measured side by side in one run.
 
     python bench/bench_model.py                 # everything that runs here (CPU)
-    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, storage, ranks, profile, loss
+    python bench/bench_model.py --only fcll     # one part: fcll, marian, mfu, storage, ranks, profile, loss, compile
     python bench/bench_model.py --device cuda --preset base   # unchanged on a GPU machine
 
 Parts (each interleaves its contenders step by step and compares medians):
@@ -26,6 +26,8 @@ Parts (each interleaves its contenders step by step and compares medians):
               neither the logits nor their gradient is ever whole) against the loss of the whole
               logits, fp32 and bf16: step time interleaved, minor page faults a step (Linux: each a
               4 KiB page the kernel maps on first touch) and peak RSS growth of a step.
+* ``compile`` ``torch.compile`` (inductor, as ``train.compile``) against eager, the plain step,
+              fp32 and bf16, and the first compiled step's seconds (the compile time).
 On CUDA ``mfu`` reports tokens/s and MFU in bf16 against the device's dense bf16 peak
 (``cll_scale.core.hardware.PEAK_BF16_TFLOPS``, by device name: H100/H200 989; --peak-tflops overrides).
 """
@@ -317,6 +319,41 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def part_compile(args, device):
+    """``train.compile=inductor`` against eager: the plain `--preset` Baseline step with the model's
+    blocks and the loss compiled (:func:`cll_scale.run.build.compile_model`, ``dynamic=True`` as
+    the trainer does) ÷ the same step eager, interleaved, fp32 and bf16 on a CPU; and the seconds
+    the first compiled step took (the compile time a short run pays)."""
+    from cll_scale.run.build import compile_model
+    b, s, t = args.shape
+    rows = []
+    for dtype in args.dtypes:
+        name = "bf16" if dtype == torch.bfloat16 else "fp32"
+        eager = make_model(args.preset, "baseline", args.vocab, device, dtype)
+        compiled = make_model(args.preset, "baseline", args.vocab, device, dtype)
+        loss_fn = compile_model(compiled, "inductor")
+        opts = {"eager": adamw(eager), "compiled": adamw(compiled)}
+        batch = synthetic_batch(b, s, t, args.vocab, device)
+        src, tgt, lang = batch
+
+        def compiled_step(_):
+            features = compiled(src, compiled.shift_right(tgt), lang, features_only=True)
+            (loss_fn(features, compiled.embed.weight, tgt, 0, 0.1)[0] / tgt.numel()).backward()
+            opts["compiled"].step()
+            opts["compiled"].zero_grad(set_to_none=True)
+        with matmul_mode(name, device):
+            start = time.perf_counter()
+            compiled_step(0)
+            sync(device)
+            first = time.perf_counter() - start
+            med = interleave({"eager": lambda i: our_step(eager, opts["eager"], batch), "compiled": compiled_step},
+                             args.steps, device)
+        rows.append({"preset": args.preset, "dtype": name, "compiled_over_eager_speed": med["eager"] / med["compiled"],
+                     "eager_step_ms": med["eager"] * 1e3, "compiled_step_ms": med["compiled"] * 1e3,
+                     "first_compiled_step_s": first})
+    return rows
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident memory, MiB: VmHWM, which starts anew at exec (getrusage's
     ru_maxrss carries the parent's peak into a child it forks and execs)."""
@@ -539,7 +576,7 @@ def profile_one(args, device, dtype, variant: str) -> tuple[dict, dict[str, floa
 
 
 PARTS = {"fcll": part_fcll, "storage": part_storage, "marian": part_marian, "mfu": part_mfu, "ranks": part_ranks,
-         "profile": part_profile, "loss": part_loss}
+         "profile": part_profile, "loss": part_loss, "compile": part_compile}
 
 
 def main(argv=None) -> int:

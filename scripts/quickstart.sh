@@ -7,6 +7,7 @@
 # QUICKSTART_SENTENCES sentences of each test_2016 direction, and the summary.
 #   QUICKSTART_STEPS                steps a model (1,250)
 #   QUICKSTART_CONDITION=centered   the English-centered run of before (8 minutes a model)
+#   QUICKSTART_PRECISION            auto (bf16 where this CPU's bf16 matmuls are faster), bf16 or fp32
 #   QUICKSTART_SHARDS, QUICKSTART_RUNS   where the shards and the runs go (data/shards, runs/quickstart)
 #   QUICKSTART_ARGS                 more cll-repro flags (the test: a tiny model)
 # Re-running resumes unfinished models and skips finished ones.
@@ -52,6 +53,7 @@ stage 2 "training Baseline and FCLL, each evaluated on the first $SENTENCES sent
 # (cll-repro's stdout) goes to $RUNS/report.log.
 # shellcheck disable=SC2086
 $PY -m cll_scale.repro --condition "$CONDITION" --variants baseline,fcll "${BUDGET[@]}" \
+    --precision "${QUICKSTART_PRECISION:-auto}" \
     --multi30k "$MULTI30K" --shards-root "$SHARDS_ROOT" --runs-root "$RUNS/runs" --out "$RUNS/results" \
     --splits test_2016_flickr --max-sentences "$SENTENCES" ${QUICKSTART_ARGS:-} > "$RUNS/report.log"
 

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from cll_scale.training.precision import trained_precision
 from tests.conftest import ROOT
 from tests.test_train import ENV
 
@@ -14,7 +15,8 @@ from tests.test_train import ENV
 def test_the_quickstart_script_ends_with_its_summary(multi30k, tmp_path):
     env = {**ENV, "MULTI30K": str(multi30k), "QUICKSTART_SHARDS": str(tmp_path / "shards"),
            "QUICKSTART_RUNS": str(tmp_path / "qs"), "QUICKSTART_STEPS": "3", "QUICKSTART_SENTENCES": "4",
-           "QUICKSTART_ARGS": "--set preset=tiny --set data.batch_tokens=1024 --beam 1 --precision fp32"}
+           "QUICKSTART_PRECISION": "fp32",
+           "QUICKSTART_ARGS": "--set preset=tiny --set data.batch_tokens=1024 --beam 1"}
     env.pop("OMP_NUM_THREADS", None)          # the script picks the threads itself
     run = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=900)
@@ -32,6 +34,9 @@ def test_the_quickstart_script_ends_with_its_summary(multi30k, tmp_path):
     assert "Trained longer (the committed records, one seed):" in out
     assert "Next:" in out and "make demo" in out and "cll-repro --condition triangle" in out and "On a GPU" in out
     assert (tmp_path / "qs" / "results" / "triangle-quickstart" / "quickstart.png").is_file()
+    # QUICKSTART_PRECISION reached both trainings (the stand-in of a CPU without bf16 units)
+    runs = sorted((tmp_path / "qs" / "runs").glob("*triangle-quickstart-*"))
+    assert len(runs) == 2 and all(trained_precision(r) == "fp32" for r in runs), runs
     # the DeepSpeed log stays at warnings: no INFO wall in what a person sees
     assert "[INFO]" not in run.stderr
     again = subprocess.run(["bash", "scripts/quickstart.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
