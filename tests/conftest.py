@@ -8,11 +8,21 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import contextlib  # noqa: E402
+import fcntl  # noqa: E402
+import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+# `make test` runs the suite on two workers (pytest-xdist, `-n 2`): a worker is one of two processes
+# on two cores, so it and everything it starts use one thread, as two DeepSpeed ranks sharing the
+# cores do (docs/usage.md). A plain `pytest` is one process and keeps the machine's threads.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CLL_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -23,6 +33,75 @@ OPUS_SAMPLE = SHARED_DATA / "opus100_format_samples"
 def sigint_state() -> tuple:
     """Ctrl-C's handler in this process, and whether this thread blocks it."""
     return signal.getsignal(signal.SIGINT), signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+def pytest_configure(config):
+    if WORKER:
+        import torch
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+def session_root(basetemp: Path) -> Path:
+    """The folder every worker of this session shares: xdist gives worker gwN the basetemp
+    <session's basetemp>/gwN; in one process it is the basetemp itself."""
+    return Path(basetemp).parent if WORKER else Path(basetemp)
+
+
+@contextlib.contextmanager
+def machine_share(config, whole: bool):
+    """A test marked `whole_machine` runs while no other test does: it takes an exclusive lock
+    that every other test holds shared. The gate, held by a waiting exclusive test, keeps the other
+    worker from starting test after test ahead of it."""
+    root = session_root(config.option.basetemp)
+    with open(root / "machine.gate", "a") as gate, open(root / "machine.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if whole else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(tryfirst=True)           # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """On workers, the `whole_machine` tests go last, as one xdist group (one worker runs them one
+    after another while the other finishes its own): with `--dist loadgroup --no-loadscope-reorder`
+    the work is handed out in this order, so no test waits long for the machine."""
+    if not WORKER:
+        return
+    whole = [item for item in items if item.get_closest_marker("whole_machine")]
+    for item in whole:
+        item.add_marker(pytest.mark.xdist_group("whole_machine"))
+    items[:] = [item for item in items if not item.get_closest_marker("whole_machine")] + whole
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of each test under the machine's lock (on workers only)."""
+    if not WORKER:
+        return (yield)
+    with machine_share(item.config, item.get_closest_marker("whole_machine") is not None):
+        return (yield)
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """``build(path)`` run once for the session, however many workers ask (the others wait for it,
+    then read what it wrote); the fixtures that train a model or build shards use it, so two workers
+    do not each spend the time. What is built here is read, never changed: a test that changes it
+    works on a copy."""
+    root = session_root(tmp_path_factory.getbasetemp()) / "built-once"
+    root.mkdir(exist_ok=True)
+    out, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)           # what a failed attempt left
+            build(out)
+            done.touch()
+    return out
 
 
 @pytest.fixture(autouse=True)
@@ -57,9 +136,8 @@ def m30k_centered(multi30k, tmp_path_factory) -> Path:
     """Real Multi30k, centered on English: the shard directory most tests read."""
     from cll_scale.data.shards import BuildConfig, build_shards
     from cll_scale.data.corpora import read_multiway
-    out = tmp_path_factory.mktemp("shards") / "m30k-centered"
-    build_shards(read_multiway(multi30k, "centered"), BuildConfig(out_dir=str(out)))
-    return out
+    return built_once(tmp_path_factory, "m30k-centered",
+                      lambda out: build_shards(read_multiway(multi30k, "centered"), BuildConfig(out_dir=str(out))))
 
 
 def head_corpus(multi30k: Path, out: Path, keep, lines: int = 300) -> Path:
@@ -85,13 +163,14 @@ sys.path.insert(0, str(ROOT))
 def tiny_export(m30k_centered, tmp_path_factory) -> Path:
     """A `tiny` FCLL model trained for a few steps through cll-train and exported."""
     import subprocess
-    run = tmp_path_factory.mktemp("runs") / "tiny"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
-                    "--run-dir", str(run), "--max-steps", "15", "--ds-config", "cpu_fp32.json",
-                    "--set", "valid.every=1000", "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3",
-                    "--set", "optim.warmup_steps=5"], cwd=ROOT, env=env, check=True, capture_output=True)
-    return run / "export"
+
+    def train(run):
+        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
+                        "--run-dir", str(run), "--max-steps", "15", "--ds-config", "cpu_fp32.json",
+                        "--set", "valid.every=1000", "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3",
+                        "--set", "optim.warmup_steps=5"], cwd=ROOT, env=env, check=True, capture_output=True)
+    return built_once(tmp_path_factory, "tiny", train) / "export"
 
 
 @pytest.fixture(scope="session")
@@ -101,15 +180,17 @@ def triangle_export(multi30k, tmp_path_factory) -> tuple[Path, Path]:
     import subprocess
     from cll_scale.data.shards import BuildConfig, build_shards
     from cll_scale.data.corpora import read_multiway
-    root = tmp_path_factory.mktemp("tri")
-    corpus = head_corpus(multi30k, root / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs"))
-    shards = root / "shards"
-    build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]), BuildConfig(out_dir=str(shards), vocab_size=800))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
-                          "--run-dir", str(root / "run"), "--max-steps", "3", "--ds-config", "cpu_fp32.json",
-                          "--set", "log.every=1", "--set", "valid.every=1000", "--set", "data.batch_tokens=1024",
-                          "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10"],
-                         cwd=ROOT, env=env, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return root / "run" / "export", shards
+
+    def build(root):
+        corpus = head_corpus(multi30k, root / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs"))
+        build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]),
+                     BuildConfig(out_dir=str(root / "shards"), vocab_size=800))
+        res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(root / "shards"), "--preset",
+                              "tiny", "--run-dir", str(root / "run"), "--max-steps", "3", "--ds-config",
+                              "cpu_fp32.json", "--set", "log.every=1", "--set", "valid.every=1000",
+                              "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3",
+                              "--set", "optim.warmup_steps=10"], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+    root = built_once(tmp_path_factory, "tri", build)
+    return root / "run" / "export", root / "shards"

@@ -16,7 +16,7 @@ from cll_scale.evaluation.evaluator import TAG_OMITTED, evaluate_entries
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import Translator
 from cll_scale.model.export import export_lang_tag
-from tests.conftest import ROOT
+from tests.conftest import ROOT, built_once
 
 SENTENCE = "Ein Mann fährt mit dem Fahrrad eine Straße entlang."
 
@@ -24,13 +24,14 @@ SENTENCE = "Ein Mann fährt mit dem Fahrrad eine Straße entlang."
 @pytest.fixture(scope="module")
 def tagless_export(m30k_centered, tmp_path_factory):
     """A `tiny` FCLL model trained without language tags (paper Table 7)."""
-    run = tmp_path_factory.mktemp("runs") / "tagless"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
-                    "--run-dir", str(run), "--max-steps", "6", "--ds-config", "cpu_fp32.json",
-                    "--set", "valid.every=1000", "--set", "data.batch_tokens=1024",
-                    "--set", "data.add_lang_tag=false"], cwd=ROOT, env=env, check=True, capture_output=True)
-    return run / "export"
+
+    def train(run):
+        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
+                        "--run-dir", str(run), "--max-steps", "6", "--ds-config", "cpu_fp32.json",
+                        "--set", "valid.every=1000", "--set", "data.batch_tokens=1024",
+                        "--set", "data.add_lang_tag=false"], cwd=ROOT, env=env, check=True, capture_output=True)
+    return built_once(tmp_path_factory, "tagless", train) / "export"
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest
-from tests.conftest import ROOT
+from tests.conftest import ROOT, built_once, head_corpus
 from tests.test_train import DEEPSPEED, free_port
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -18,19 +18,23 @@ BT_LANGS = ["de", "fr", "cs"]
 MAX_ROWS = 50
 
 
-@pytest.fixture()
-def small_model(small_multiway, tmp_path):
+@pytest.fixture(scope="module")
+def small_model(multi30k, tmp_path_factory):
+    """Shards of the first 300 lines of Multi30k and a `tiny` model trained on them; read, never
+    changed, by both tests (built once for the session)."""
     from cll_scale.data.shards import BuildConfig, build_shards
     from cll_scale.data.corpora import read_multiway
-    shards = tmp_path / "shards"
-    build_shards(read_multiway(small_multiway, "centered"), BuildConfig(out_dir=str(shards), vocab_size=1000,
-                                                                        block_rows=64))
-    run = tmp_path / "pretrain"
-    subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
-                    "--run-dir", str(run), "--max-steps", "10", "--ds-config", "cpu_fp32.json",
-                    "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
-                   cwd=ROOT, env=ENV, check=True, capture_output=True)
-    return shards, run / "export"
+
+    def build(root):
+        corpus = head_corpus(multi30k, root / "small", lambda name: name.startswith(("train.", "val.")))
+        build_shards(read_multiway(corpus, "centered"), BuildConfig(out_dir=str(root / "shards"), vocab_size=1000,
+                                                                    block_rows=64))
+        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(root / "shards"), "--preset", "tiny",
+                        "--run-dir", str(root / "pretrain"), "--max-steps", "10", "--ds-config", "cpu_fp32.json",
+                        "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
+                       cwd=ROOT, env=ENV, check=True, capture_output=True)
+    root = built_once(tmp_path_factory, "bt-small", build)
+    return root / "shards", root / "pretrain" / "export"
 
 
 def cll_bt(shards, export, out, *extra, launcher=(sys.executable, "-m")):
@@ -110,6 +114,7 @@ def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
     assert res.returncode == 2 and "xx" in res.stderr and "(en, cs, de, fr)" in res.stderr
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_back_translation_on_two_ranks(small_model, tmp_path):
     """`deepspeed --num_gpus 2` (one thread per rank): the ranks share generation and training,

@@ -151,6 +151,7 @@ def test_empty_and_overlong_lines_are_filtered_and_counted(small_multiway, tmp_p
     assert 4 not in lines.to_pylist() and 21 not in lines.to_pylist() and 22 in lines.to_pylist()
 
 
+@pytest.mark.whole_machine
 def test_build_stages_add_up_to_the_build(small_multiway, tmp_path):
     clock = StageClock()
     clock.add("scan", 100.0)                  # a stage the caller timed before is not the build's

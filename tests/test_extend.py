@@ -15,7 +15,7 @@ from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import eval_batches
 from cll_scale.loops.extend import grow_model, old_cll_patterns
 from cll_scale.model.export import load_export
-from tests.conftest import ROOT, head_corpus
+from tests.conftest import ROOT, built_once, head_corpus
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
@@ -25,17 +25,17 @@ def pretrained(multi30k, tmp_path_factory):
     """en/de/fr centered shards (first 300 lines) and a tiny FCLL model trained on them."""
     from cll_scale.data.shards import BuildConfig, build_shards
     from cll_scale.data.corpora import read_multiway
-    tmp = tmp_path_factory.mktemp("extend")
-    corpus = head_corpus(multi30k, tmp / "corpus", lambda name: name.startswith(("train.", "val.", "test_2016_flickr.")))
-    shards = tmp / "shards"
-    build_shards(read_multiway(corpus, "centered", langs=["en", "de", "fr"]),
-                 BuildConfig(out_dir=str(shards), vocab_size=1000, block_rows=64))
-    run = tmp / "pretrain"
-    subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(shards), "--preset", "tiny",
-                    "--run-dir", str(run), "--max-steps", "12", "--ds-config", "cpu_fp32.json",
-                    "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
-                   cwd=ROOT, env=ENV, check=True, capture_output=True)
-    return corpus, shards, run / "export"
+    def build(tmp):
+        corpus = head_corpus(multi30k, tmp / "corpus",
+                             lambda name: name.startswith(("train.", "val.", "test_2016_flickr.")))
+        build_shards(read_multiway(corpus, "centered", langs=["en", "de", "fr"]),
+                     BuildConfig(out_dir=str(tmp / "shards"), vocab_size=1000, block_rows=64))
+        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(tmp / "shards"), "--preset", "tiny",
+                        "--run-dir", str(tmp / "pretrain"), "--max-steps", "12", "--ds-config", "cpu_fp32.json",
+                        "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
+                       cwd=ROOT, env=ENV, check=True, capture_output=True)
+    tmp = built_once(tmp_path_factory, "extend", build)
+    return tmp / "corpus", tmp / "shards", tmp / "pretrain" / "export"
 
 
 def cll_extend(corpus, shards, export, out, *extra):

@@ -217,6 +217,7 @@ def test_repro_writes_outside_the_checkout_and_checks_its_arguments_first(multi3
 
 # -- finding 12: Ctrl-C --------------------------------------------------------------------------
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_ctrl_c_checkpoints_and_exits_130_in_one_line(m30k_centered, tmp_path):
     run = tmp_path / "run"

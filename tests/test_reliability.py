@@ -70,6 +70,7 @@ def test_damaged_shard_stops_training_and_names_the_file(m30k_centered, tmp_path
     assert res.returncode == 2 and "en-cs.00000.arrow: shard missing" in res.stderr
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_damaged_shard_hashed_by_the_second_rank_stops_the_whole_launch(m30k_centered, tmp_path):
     """The two processes of a node share the hashing (shard k goes to local rank k % 2): a damage in
@@ -91,6 +92,7 @@ def test_damaged_shard_hashed_by_the_second_rank_stops_the_whole_launch(m30k_cen
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_kill_9_between_checkpoints_then_exact_resume(m30k_centered, tmp_path):
     """Two ranks, fp32, SIGKILL to the whole launch between checkpoints; the relaunch with
@@ -185,6 +187,7 @@ def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, 
     assert "step00000004 at step 4" in res.stderr and (run / "checkpoints" / "latest").read_text() == "step00000008"
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_current_step_then_exact_resume(m30k_centered, tmp_path):
     """SIGTERM to every process of a 2-rank `deepspeed` launch, as SLURM sends at a job's time limit

@@ -17,6 +17,7 @@ from tests.conftest import ROOT
 from tests.test_train import ENV
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
@@ -154,6 +155,7 @@ def test_extension_summary_keeps_old_and_new_directions_apart():
     assert [c.strip() for c in original.split("|")[2:-1]][3:] == ["–", "–", "–"]
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_path):
     """A job scheduler stops cll-repro with SIGTERM: the trainings it runs get it too, save their
@@ -362,6 +364,7 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
     assert f"Hardware: {hardware()}; bf16." in text
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 @pytest.mark.parametrize("overlap", [True, False], ids=["gpu-overlap", "cpu-waits"])
 def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path, overlap):

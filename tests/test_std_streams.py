@@ -30,6 +30,7 @@ def test_closed_stdin_or_stdout_is_a_one_line_error(tiny_export, tmp_path):
     one_line_error(res, "cll-translate", EXIT_INPUT, "standard output is closed", "--output FILE")
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cll_scale.evaluate", "--model", f"m={tiny_export}",
@@ -55,6 +56,7 @@ def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tm
     assert list(tmp_path.iterdir()) == []          # an interrupted evaluation leaves nothing behind
 
 
+@pytest.mark.whole_machine
 def test_a_ctrl_c_while_a_scoring_worker_starts_is_raised_once_it_has_started(monkeypatch):
     """The Ctrl-C may reach another thread of the command (torch's, the pool's), which would have
     Python raise KeyboardInterrupt in the middle of starting a worker: the worker then read an

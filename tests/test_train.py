@@ -10,17 +10,20 @@ from pathlib import Path
 import pytest
 
 from cll_scale.training.collectives import free_port
-from tests.conftest import ROOT
+from tests.conftest import ROOT, built_once
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
 
 def common(shards, run_dir, steps, *extra):
+    """The settings of the suite's short cll-train runs. Validation reads the first batch of each
+    direction (a run also validates at its end: the whole Multi30k split, 12 directions, took half
+    of a 1-step run's 10 s); the whole split is validated by the `tiny_export` fixture's run."""
     return ["--data", str(shards), "--preset", "tiny", "--run-dir", str(run_dir), "--max-steps", str(steps),
             "--ds-config", "cpu_fp32.json", "--set", "log.every=1", "--set", "valid.every=1000",
-            "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10",
-            *extra]
+            "--set", "valid.max_batches=1", "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3",
+            "--set", "optim.warmup_steps=10", *extra]
 
 
 def cll_train(*argv, check=True):
@@ -52,13 +55,13 @@ def full_run(m30k_centered, tmp_path_factory) -> Path:
     """40 uninterrupted steps of `tiny` in fp32 (checkpoints at 20 and 40), started in a directory
     that holds the records of an earlier attempt which left no checkpoint. The tests below read
     it; the ones that change a run work on a copy."""
-    full = tmp_path_factory.mktemp("train") / "full"
-    full.mkdir()
-    stale = {"step": 30, "loss": 9.9, "nll": 9.9, "ppl": 2e4, "lr": 1e-3, "tokens_per_s": 1.0, "epoch": 0.1,
-             "grad_norm": 1.0, "skipped": 0, "elapsed_s": 1.0, "tokens_seen": 1}
-    (full / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
-    cll_train(*common(m30k_centered, full, 40, "--set", "checkpoint.every=20"))
-    return full
+    def train(full):
+        full.mkdir()
+        stale = {"step": 30, "loss": 9.9, "nll": 9.9, "ppl": 2e4, "lr": 1e-3, "tokens_per_s": 1.0, "epoch": 0.1,
+                 "grad_norm": 1.0, "skipped": 0, "elapsed_s": 1.0, "tokens_seen": 1}
+        (full / "metrics.jsonl").write_text(json.dumps(stale) + "\n")
+        cll_train(*common(m30k_centered, full, 40, "--set", "checkpoint.every=20"))
+    return built_once(tmp_path_factory, "train-full", train)
 
 
 @pytest.mark.slow
@@ -163,6 +166,7 @@ def test_checkpoints_know_their_data(full_run, m30k_centered, tmp_path):
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["splits"]["train"]["shards"] = [s for s in manifest["splits"]["train"]["shards"]
                                              if s["direction"] != "en-cs"]
+    (other / "manifest.json").unlink()       # a link to the session's shards: writing through it changed them
     (other / "manifest.json").write_text(json.dumps(manifest))
     res = cll_train(*common(other, run, 42), "--resume", check=False)
     assert res.returncode == 2 and "not the ones" in res.stderr and "train.new_data=true" in res.stderr
@@ -201,6 +205,7 @@ def finish(proc) -> str:
     return out
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_two_ranks_zero2_then_resume_on_one_rank(m30k_centered, tmp_path):
     run, report = tmp_path / "run", tmp_path / "report.json"
@@ -223,6 +228,7 @@ def test_two_ranks_zero2_then_resume_on_one_rank(m30k_centered, tmp_path):
     assert abs(after[13] - after[12]) < 1.0                          # continuous, not restarted
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_simulated_two_node_launch(m30k_centered, tmp_path):
     hostfile = tmp_path / "hostfile"

@@ -54,6 +54,7 @@ def same(a, b):
     return all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_out_of_memory_on_one_rank_skips_the_step_on_both(m30k_centered, tmp_path):
     """Out of memory in the forward pass on rank 1 only: both ranks skip that step (weights bit-equal
