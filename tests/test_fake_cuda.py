@@ -72,7 +72,9 @@ def train_step(model: CLLTransformer, optimizer: GuardedAdamW, batch: Batch) -> 
 def test_the_gpu_checks_pass_with_fake_cuda(tmp_path):
     """Every ``check_*`` below, run by pytest in a fresh interpreter that has fake CUDA (see the
     module's docstring). With ``-s`` the checks' report (kernel counts) is printed."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    # a pytest of its own, not one of make test's workers (tests/conftest.py reads these)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     if not torch.backends.cuda.is_built():
         env["CLL_FAKE_CUDA_SHIM"] = str(build_shim(tmp_path))
     run = subprocess.run([sys.executable, "-c", BOOT, "-q", "-s", "-p", "no:cacheprovider",

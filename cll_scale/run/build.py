@@ -146,6 +146,15 @@ class Run:
     def device(self) -> torch.device:
         return self.engine.device
 
+    def loss(self, dev) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, nll) of a batch on the device: the engine's forward to the decoder's features,
+        then :attr:`loss_fn` with the tied output projection inside it (the logits never whole)."""
+        model = self.engine.module
+        features = self.engine(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang,
+                               lang_runs=dev.lang_runs, features_only=True)
+        return self.loss_fn(features, model.embed.weight, dev.tgt_tokens, self.cfg.model.pad_id,
+                            self.cfg.train.label_smoothing)
+
     def matmuls(self):
         """The block this run's passes run in (:func:`cll_scale.model.bf16.matmul_mode`)."""
         return matmul_mode(precision(self.ds_config), self.device)

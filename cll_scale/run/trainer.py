@@ -179,16 +179,12 @@ class Trainer:
             dev = batch.to(self.device)
             if faults.hit("oom", step):
                 raise torch.OutOfMemoryError("injected by CLL_FAULT")
-            features = eng(dev.src_tokens, eng.module.shift_right(dev.tgt_tokens), dev.tgt_lang,
-                           lang_runs=dev.lang_runs, features_only=True)
-            # the tied output projection inside the loss: the logits are never whole
-            loss, nll = self.run.loss_fn(features, eng.module.embed.weight, dev.tgt_tokens, self.cfg.model.pad_id,
-                                         self.cfg.train.label_smoothing)
+            loss, nll = self.run.loss(dev)
             oom = False
         except torch.OutOfMemoryError:
             oom = True       # handled outside the except block, whose traceback holds the memory
         if oom:
-            dev = features = None     # noqa: F841 (frees the failed pass's memory first)
+            dev = None     # noqa: F841 (frees the failed pass's memory first)
             loss, nll = self.oom.stand_in(eng, batch, step)
         if self.run.touch_lsls:
             loss = loss + eng.module.lsl_zero()
