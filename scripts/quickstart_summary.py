@@ -26,11 +26,12 @@ from cll_scale.training.metrics import read_rows  # noqa: E402
 
 MODELS = ("baseline", "fcll")
 RESULTS = ROOT / "docs" / "results"
-# What the same recipes reach trained longer, from the committed records: (steps, report folder,
+# What larger models reach trained longer, from the committed records: (steps, report folder,
 # which recipes).
 LONGER = {
     "triangle": [(2100, RESULTS / "diagnostics" / "triangle-diagnostics",
-                  "the diagnostics' recipes: these with 4,096 tokens a step and 800 warm-up steps"),
+                  "the diagnostics' `small` recipes: twice the width, 4,096 tokens a step, dropout 0.1, "
+                  "lr 1e-3 after 800 warm-up steps"),
                  (4200, RESULTS / "study-defaults" / "triangle-seeds",
                   "the study's `small` recipes, the same settings and rules")],
     "centered": [(4200, RESULTS / "centered-seeds", "the same recipes, trained under the rules of before issue 34")],

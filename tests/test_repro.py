@@ -470,24 +470,25 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
                 for c in resolved.values()}) == 1
 
 
-def test_the_quickstart_recipes_are_the_diagnostics_with_a_faster_schedule():
-    """Issue 52: make quickstart's recipes differ from the diagnostics' triangle (whose records its
-    summary quotes trained longer) in the tokens a step, the warm-up and validation's decoding
-    alone, as their comments and docs/usage.md say."""
+def test_the_quickstart_recipes_differ_in_the_variant_alone_at_the_documented_settings():
+    """Issue 65: make quickstart's two recipes train the same `mini` model and schedule, differing
+    in the CLL variant alone, with the settings their comments and docs/usage.md give."""
+    from cll_scale.model.config import PRESETS
     from cll_scale.run.recipe import build_configs, load_recipe
     from cll_scale.data.manifest import TokenizerInfo
     from cll_scale.repro.plan import recipe_files
     tok = TokenizerInfo("spm.model", "", 8000, 0, 1, 2, 3, {})
     quick = recipe_files(ROOT / "recipes", "triangle", "quickstart")
     assert sorted(quick) == ["baseline", "fcll"]
-    diagnostics = recipe_files(ROOT / "recipes", "triangle", "diagnostics")
-    for variant, path in quick.items():
-        q = build_configs(load_recipe(path), ["de", "fr", "cs"], None, tok)
-        d = build_configs(load_recipe(diagnostics[variant]), ["de", "fr", "cs"], None, tok)
-        assert (q.data.batch_tokens, q.optim.warmup_steps, q.valid.decode_sentences) == (2048, 200, 0)
-        assert q.model == d.model and q.optim.lr == d.optim.lr and q.train.seed == d.train.seed
-        assert dataclasses.replace(q.data, batch_tokens=d.data.batch_tokens) == d.data
-        assert q.train.run_dir.endswith(f"multi30k-triangle-quickstart-{variant}")
+    q = {v: build_configs(load_recipe(path), ["de", "fr", "cs"], None, tok) for v, path in quick.items()}
+    b, f = q["baseline"], q["fcll"]
+    assert (b.model.variant, f.model.variant) == ("baseline", "fcll")
+    assert dataclasses.replace(b.model, variant="fcll") == f.model
+    assert (b.data, b.optim, b.train.seed) == (f.data, f.optim, f.train.seed)
+    assert {k: getattr(b.model, k) for k in PRESETS["mini"]} == PRESETS["mini"] and b.model.dropout == 0.0
+    assert (b.data.batch_tokens, b.optim.lr, b.optim.warmup_steps, b.valid.decode_sentences) == (1024, 2e-3, 400, 0)
+    for variant, c in q.items():
+        assert c.train.run_dir.endswith(f"multi30k-triangle-quickstart-{variant}")
 
 
 def test_a_rerun_with_another_set_is_refused_naming_each_difference(tmp_path):

@@ -123,6 +123,8 @@ class ModelConfig:
 
 
 # Size presets (the rest of ModelConfig keeps its defaults). `small` is the CPU experiment size,
+# `mini` the quickstart's (half its width: about 3x fewer FLOPs a target token with an 8,000-subword
+# vocabulary; why it, docs/usage.md, "Set-up"),
 # `base` the paper's OPUS-100 model (App. A), `big` the usual Transformer-big. `paper` is the
 # model of the authors' code for the triangle and Europarl runs (github zhiqu22/AdapNonCenter, a
 # fairseq `transformer`): 5+5 post-norm layers, dropout 0.3, Xavier init, and LSLs hard-coded at
@@ -131,6 +133,7 @@ class ModelConfig:
 PRESETS: dict[str, dict] = {
     "tiny": dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, lsl_dim=16,
                  max_positions=512),
+    "mini": dict(d_model=128, n_heads=4, ffn_dim=512, encoder_layers=3, decoder_layers=3, lsl_dim=128),
     "small": dict(d_model=256, n_heads=4, ffn_dim=1024, encoder_layers=3, decoder_layers=3, lsl_dim=256),
     "base": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=6, decoder_layers=6, lsl_dim=256),
     "paper": dict(d_model=512, n_heads=8, ffn_dim=2048, encoder_layers=5, decoder_layers=5, lsl_dim=1024,
