@@ -193,7 +193,7 @@ def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | 
 def base_config(args, device) -> dict:
     name = ("gpu_bf16.json" if device.type == "cuda" else
             "cpu_bf16.json" if hardware.cpu_bf16_speedup() > 1.1 else "cpu_fp32.json")
-    return json.loads((precision.DS_CONFIGS / name).read_text()), name
+    return precision.read_ds_config(precision.DS_CONFIGS / name), name
 
 
 def variants(args, device) -> list[tuple[str, dict, float | None]]:
@@ -221,7 +221,7 @@ def variants(args, device) -> list[tuple[str, dict, float | None]]:
         rows.append(("+ DeepSpeed's overflow check (host sync)", overflow, None))
     if device.type == "cpu":
         other = "cpu_fp32.json" if bf16 else "cpu_bf16.json"
-        rows.append((other, json.loads((precision.DS_CONFIGS / other).read_text()), None))
+        rows.append((other, precision.read_ds_config(precision.DS_CONFIGS / other), None))
     return rows
 
 
