@@ -49,6 +49,7 @@ from cll_scale.training import collectives  # noqa: E402
 
 from cll_scale.training import engine as ds  # noqa: E402
 from cll_scale.core import hardware  # noqa: E402
+from cll_scale.core.cli import pick_device, run  # noqa: E402
 from cll_scale.training import precision  # noqa: E402
 from cll_scale.model.model import CLLTransformer, projected_loss  # noqa: E402
 from cll_scale.run.build import build_run  # noqa: E402
@@ -319,7 +320,11 @@ def main(argv=None) -> int:
                    help="trainer part: also profile a block of each side, three times (where the trainer's extra time goes)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
-    device = torch.device(args.device)
+    return run("bench_train", lambda: bench(args))
+
+
+def bench(args) -> int:
+    device = torch.device(pick_device(args.device))      # a missing CUDA is one line, as in every command
     if device.type == "cpu":
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         torch.set_num_threads(args.threads)
