@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_model import make_model, marian_model  # noqa: E402
+from cll_scale.core.cli import pick_device, run  # noqa: E402
 from cll_scale.model.decoding import DecodeConfig, beam_search  # noqa: E402
 from cll_scale.evaluation.translator import ModelStepper  # noqa: E402
 
@@ -80,8 +81,12 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
+    return run("bench_decode", lambda: bench(args))
+
+
+def bench(args) -> int:
+    dev = torch.device(pick_device(args.device))      # a missing CUDA is one line, as in every command
     torch.set_num_threads(args.threads)
-    dev = torch.device(args.device)
     dtype = torch.bfloat16 if args.dtype == "bf16" or (args.dtype == "auto" and dev.type == "cuda") else torch.float32
     model = make_model(args.preset, "baseline", args.vocab, dev, dtype, pre_norm=False).eval()
     marian = marian_model(model.cfg, dev, dtype).eval()

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from cll_scale.training.collectives import free_port  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
+from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -452,14 +453,14 @@ def train_section(shards: Path, out: Path, steps: int, ckpt: int, eval_sentences
     report["resume_matches"] = {"ok": len(diffs) == steps - ckpt and max(diffs, default=1.0) <= 1e-6,
                                 "steps_compared": len(diffs), "max_abs_loss_diff": max(diffs, default=None)}
     export = split / "export"
-    info = json.loads((export / "export.json").read_text()) if (export / "export.json").is_file() else {}
+    info = read_json_object(export / "export.json") if (export / "export.json").is_file() else {}
     report["export"] = {"ok": (export / "model.safetensors").is_file() and info.get("step") == steps,
                         "bytes": sum(f.stat().st_size for f in export.glob("*") if f.is_file())}
     def evaluate(name: str, *extra: str) -> tuple[list[dict], float, dict]:
         res, wall = run([sys.executable, "-c", EVAL, "--model", f"fcll={export}", "--data", str(shards),
                          "--split", "test", "--beam", "1", "--device", "cpu", "--out", str(split / name), *extra], name)
         result = split / name / "results.json"
-        dirs = json.loads(result.read_text())["models"]["fcll"]["directions"] if res.returncode == 0 and result.is_file() else []
+        dirs = read_json_object(result)["models"]["fcll"]["directions"] if res.returncode == 0 and result.is_file() else []
         rss = next((json.loads(x)["eval_rss_mb"] for x in reversed(res.stderr.splitlines())
                     if x.startswith('{"eval_rss_mb"')), {})
         return dirs, wall, rss

@@ -20,6 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.core.cli import run  # noqa: E402
+from cll_scale.data.corpora import read_multiway  # noqa: E402
+
 # A plain `small` FCLL training step (forward, loss, backward, AdamW) on the stream's own batches,
 # in the precision `ds_config auto` picks on this CPU: what the reader has to keep up with.
 TRAIN_STEP = r"""
@@ -131,6 +134,13 @@ def main(argv=None) -> int:
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
+    return run("bench_stream", lambda: bench(args))
+
+
+def bench(args) -> int:
+    # The corpus is checked before anything is built: a wrong --multi30k is one line, not the
+    # traceback of the shard build's subprocess.
+    read_multiway(args.multi30k, langs=["en", "de", "fr", "cs"])
     base = build(args, "multi30k", Path(args.multi30k))
     synth = synthetic_corpus(Path(args.multi30k), Path(args.out) / f"synthetic-x{args.factor}-text", args.factor)
     big = build(args, f"synthetic-x{args.factor}", synth, spm_model=str(base / "spm.model"))

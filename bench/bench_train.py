@@ -49,6 +49,7 @@ from cll_scale.training import collectives  # noqa: E402
 
 from cll_scale.training import engine as ds  # noqa: E402
 from cll_scale.core import hardware  # noqa: E402
+from cll_scale.core.cli import pick_device, run  # noqa: E402
 from cll_scale.training import precision  # noqa: E402
 from cll_scale.model.model import CLLTransformer, projected_loss  # noqa: E402
 from cll_scale.run.build import build_run  # noqa: E402
@@ -193,7 +194,7 @@ def make_trainer(args, run_dir: Path, ds_config: str | dict, clip_norm: float | 
 def base_config(args, device) -> dict:
     name = ("gpu_bf16.json" if device.type == "cuda" else
             "cpu_bf16.json" if hardware.cpu_bf16_speedup() > 1.1 else "cpu_fp32.json")
-    return json.loads((precision.DS_CONFIGS / name).read_text()), name
+    return precision.read_ds_config(precision.DS_CONFIGS / name), name
 
 
 def variants(args, device) -> list[tuple[str, dict, float | None]]:
@@ -221,7 +222,7 @@ def variants(args, device) -> list[tuple[str, dict, float | None]]:
         rows.append(("+ DeepSpeed's overflow check (host sync)", overflow, None))
     if device.type == "cpu":
         other = "cpu_fp32.json" if bf16 else "cpu_bf16.json"
-        rows.append((other, json.loads((precision.DS_CONFIGS / other).read_text()), None))
+        rows.append((other, precision.read_ds_config(precision.DS_CONFIGS / other), None))
     return rows
 
 
@@ -319,7 +320,11 @@ def main(argv=None) -> int:
                    help="trainer part: also profile a block of each side, three times (where the trainer's extra time goes)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
-    device = torch.device(args.device)
+    return run("bench_train", lambda: bench(args))
+
+
+def bench(args) -> int:
+    device = torch.device(pick_device(args.device))      # a missing CUDA is one line, as in every command
     if device.type == "cpu":
         os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
         torch.set_num_threads(args.threads)

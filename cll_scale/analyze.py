@@ -114,6 +114,14 @@ def sentences(args, limit: int) -> list[tuple[str, str, str | None]]:
     return [(s, tgt, r if args.reference else None) for s, r in zip(srcs[:limit], refs[:limit])]
 
 
+def index_range(args, n: int) -> str:
+    """What ``--index`` may be when the sentences number ``n``, in words."""
+    where = "--text gives" if args.text else f"the direction {args.direction} of split {args.split} has"
+    if n == 0:
+        return f"{where} no sentence"
+    return f"{where} {n} sentence{'s' if n > 1 else ''}; --index must be " + ("0" if n == 1 else f"0 to {n - 1}")
+
+
 def open_out(args, models: dict[str, str]):
     """--out, owned as every result directory is (:func:`cll_scale.core.outputs.result_dir`): checked,
     locked and proven writable before any work, replaced as a whole at the end."""
@@ -219,7 +227,7 @@ def attention_cli(args, command: str) -> int:
 def attention_into(out: Path, args, command: str, models: dict[str, str]) -> int:
     todo = sentences(args, args.index + 1)
     if len(todo) <= args.index:
-        raise ValueError(f"--index {args.index}: the direction has {len(todo)} sentences")
+        raise ValueError(f"--index {args.index}: {index_range(args, len(todo))}")
     src, tgt, ref = todo[args.index]
     translators = {name: load(path, args) for name, path in models.items()}
     if args.omit_lang_tag:

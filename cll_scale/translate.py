@@ -33,12 +33,21 @@ def split_lines(raw: bytes) -> list[str]:
     return [line.rstrip("\r") for line in lines]
 
 
-def read_tsv(lines: list[str]) -> tuple[list[str], list[str]]:
+def read_tsv(lines: list[str], languages: list[str]) -> tuple[list[str], list[str]]:
+    """The texts and target languages of ``--tsv`` input, each line's language columns checked
+    against the model's ``languages`` here, where the line number is known: a tab inside the text
+    makes a line of three columns whose "target" is a piece of the sentence."""
     texts, tgts = [], []
     for n, line in enumerate(lines, 1):
         parts = line.rstrip("\n").split("\t")
         if len(parts) not in (2, 3):
-            raise ValueError(f"line {n}: expected 'tgt<TAB>text' or 'src<TAB>tgt<TAB>text'")
+            raise ValueError(f"line {n}: expected 'tgt<TAB>text' or 'src<TAB>tgt<TAB>text', found {len(parts)} "
+                             "columns")
+        unknown = next((code for code in parts[:-1] if code not in languages), None)
+        if unknown is not None:
+            raise ValueError(f"line {n}: {unknown!r} is not a language of this model ({', '.join(languages)}); "
+                             "a line is 'tgt<TAB>text' or 'src<TAB>tgt<TAB>text', and a tab inside the text "
+                             "makes another column")
         tgts.append(parts[-2])
         texts.append(parts[-1])
     return texts, tgts
@@ -98,7 +107,7 @@ def translate_cli(args) -> int:
     translator.check_omit_tag(args.omit_lang_tag)            # before reading the input
     raw = Path(args.input).read_bytes() if args.input else sys.stdin.buffer.read()
     lines = split_lines(raw)
-    texts, tgts = read_tsv(lines) if args.tsv else (lines, [args.tgt_lang] * len(lines))
+    texts, tgts = read_tsv(lines, translator.languages) if args.tsv else (lines, [args.tgt_lang] * len(lines))
     outputs = translator.translate(texts, tgts, use_lsl=not args.no_lsl, omit_tag=args.omit_lang_tag)
     text = "".join(o.replace("\n", " ").replace("\r", " ") + "\n" for o in outputs)
     if out is not None:

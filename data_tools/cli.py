@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, finite_float,
+from cll_scale.core.cli import (EXIT_INPUT, add_config_arguments, add_debug_argument, config_from_args, finite_float,
                                 non_negative_int, run)
 from cll_scale.core.clock import StageClock
 from cll_scale.data.corpora import (CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100,
@@ -98,14 +99,18 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    if (Path(args.dir) / "export.json").is_file():      # it carries a copy of the manifest, not the shards
+        raise ValueError(f"{args.dir} holds an export (export.json), not a shard directory; verify the shards it was "
+                         "trained on (cll-translate, cll-eval and cll-analyze check an export's own files against "
+                         "export.json as they load it)")
     manifest = Manifest.load(args.dir)
     problems = manifest.check_files(args.dir, full=True)
     for p in problems:
         print(f"FAIL {p}", file=sys.stderr)
     n = sum(len(s.shards) for s in manifest.splits.values())
-    if problems:
-        print(f"cll-shards verify: {len(problems)} problem(s) in {args.dir}", file=sys.stderr)
-        return 1
+    if problems:               # damaged input: the exit code of bad input (cll_scale.core.cli)
+        print(f"cll-shards: error: {len(problems)} problem(s) in {args.dir}", file=sys.stderr)
+        return EXIT_INPUT
     size = sum(sh.bytes for s in manifest.splits.values() for sh in s.shards)
     print(f"OK: {n} shards ({size / 1e6:.1f} MB) and the tokenizer match {args.dir}/manifest.json")
     return 0

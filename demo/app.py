@@ -133,7 +133,7 @@ class Demo:
             out += [hyp, describe(t, hyp, src, tgt) + note]
         return out
 
-    def why(self, text: str, src: str, tgt: str, name: str, steps: int = WHY_STEPS,
+    def why(self, text: str, src: str, tgt: str, name: str, steps: int | None = WHY_STEPS,
             omit_tag: bool = False) -> tuple[str, str]:
         """The "why this language?" view: the model ``name`` translates ``text`` into ``tgt``,
         then integrated gradients (paper Fig. 5; :func:`cll_scale.analysis.attribution.attribute`) give, per
@@ -151,7 +151,10 @@ class Demo:
             return f"**{lacks}**", ""
         if not text:
             return "Type a sentence to explain.", ""
-        steps = int(steps)
+        try:           # a cleared slider or number box sends None or "": the default then
+            steps = WHY_STEPS if steps in (None, "") else int(steps)
+        except (TypeError, ValueError):
+            return f"**integration steps must be a whole number 2-{MAX_WHY_STEPS}**, not {steps!r}", ""
         if not 2 <= steps <= MAX_WHY_STEPS:
             return f"**integration steps must be 2-{MAX_WHY_STEPS}**, not {steps}", ""
         with self._why_locks[name]:

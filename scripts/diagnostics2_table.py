@@ -15,7 +15,6 @@ LSLs in one layer); the 4,200-step verdicts take the spread measured at 2,100 st
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -100,7 +99,7 @@ def off_target(results: Path, label: str) -> list[float] | None:
     found = []
     for split in SPLITS:
         path = results / report / f"{split}.json"
-        models = EvalReport.from_json(json.loads(path.read_text())).models if path.is_file() else {}
+        models = EvalReport.load(path).models if path.is_file() else {}
         if model not in models:
             return None
         found.append(models[model].average("zero-shot", "off_target"))

@@ -7,7 +7,6 @@ page quotes the reports instead of copying numbers by hand. Decodes nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -52,7 +51,7 @@ def record_of(report: Path, model: str) -> Path:
 
 def model_row(question: str, label: str, report: Path, name: str) -> tuple[str, list[dict] | None]:
     """One row of the question table, and the model's validation rows (None: not trained yet)."""
-    models = [EvalReport.from_json(json.loads((report / f"{s}.json").read_text())).models
+    models = [EvalReport.load(report / f"{s}.json").models
               if (report / f"{s}.json").is_file() else {} for s in SPLITS]
     if name not in models[0]:
         return f"| {question} | {label} | not trained | | | | |", None

@@ -13,7 +13,6 @@ recipes reach trained longer (the committed records); and what to do next. Also 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -184,7 +183,7 @@ def longer(condition: str, split: str) -> list[str]:
         path = folder / f"{split}.json"
         if not path.is_file():
             continue
-        ref = scores(EvalReport.from_json(json.loads(path.read_text())))
+        ref = scores(EvalReport.load(path))
         line = "; ".join(f"{v} {s['off']:.1f}% zero-shot off-target, supervised BLEU {s['sup_bleu']:.1f}"
                          for v, s in ref.items())
         out.append(f"  {steps:,} steps ({recipe}; {folder.relative_to(ROOT)}): {line}")
@@ -228,7 +227,7 @@ def chart(now: dict[str, dict], path: Path) -> Path | None:
 
 
 def summary(report_dir: Path, split: str, corpus: Path | None, runs: Path | None, condition: str) -> str:
-    report = EvalReport.from_json(json.loads((report_dir / f"{split}.json").read_text()))
+    report = EvalReport.load(report_dir / f"{split}.json")
     now = scores(report)
     png = chart(now, report_dir / "quickstart.png")
     out = ["", f"== The quickstart: Baseline against FCLL, Multi30k {condition}, {split} ==", ""]

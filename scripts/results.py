@@ -38,6 +38,7 @@ from cll_scale.repro.plan import Budget  # noqa: E402
 from cll_scale.repro.report import plot_links  # noqa: E402
 from cll_scale.repro.scheduler import train  # noqa: E402
 from cll_scale.run.build import frozen_names  # noqa: E402
+from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
 
 PY = sys.executable
 
@@ -56,7 +57,7 @@ def repro(args, condition: str) -> None:
 def evaluation(out: Path, split: str) -> dict:
     """The report a cll-bt / cll-extend run wrote about itself (before and after); {} if none yet."""
     path = out / "eval" / split / "results.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return read_json_object(path) if path.exists() else {}
 
 
 def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path, summary=None) -> list[str]:
@@ -101,7 +102,7 @@ def frozen_check(out: Path) -> str:
     from safetensors.torch import load_file
     start = load_file(out / "init-export" / "model.safetensors")
     tuned = load_file(chosen_export(out / "run") / "model.safetensors")
-    patterns = json.loads((out / "run" / "config.json").read_text(encoding="utf-8"))["train"]["freeze"]
+    patterns = read_json_object(out / "run" / "config.json")["train"]["freeze"]
     frozen = frozen_names(list(start), patterns)
     if not frozen:
         return "nothing frozen (no LSLs)"
@@ -154,7 +155,7 @@ def extension(args) -> None:
     tables = merged_table(parts, {"original": "", "+cs": " + cs"}, RESULTS / "extension",
                           lambda merged: extension_summary(merged, "cs"))
     # every variant grows the same vocabulary (same SentencePiece model, same cs text)
-    vocab = json.loads((args.root / "extend" / next(iter(parts)) / "spm_extension.json").read_text(encoding="utf-8"))
+    vocab = read_json_object(args.root / "extend" / next(iter(parts)) / "spm_extension.json")
     checks = "; ".join(f"{v}: {frozen_check(args.root / 'extend' / v)}" for v in parts)
     write(RESULTS / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "

@@ -12,7 +12,6 @@ that converge at different speeds.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -73,7 +72,7 @@ def table(reports: dict[str, Path], split: str) -> str:
         path = folder / f"{split}.json"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no merged report of {split} (run cll-repro --seeds first)")
-        variants = by_variant(EvalReport.from_json(json.loads(path.read_text(encoding="utf-8"))).models)
+        variants = by_variant(EvalReport.load(path).models)
         for i, ((variant, off), seeds) in enumerate(variants.items()):
             rows = [seeds[s] for s in sorted(seeds)]
             label = LABELS.get(variant, variant) + (", LSL off" if off else "")

@@ -338,3 +338,14 @@ def test_omitting_the_tag_of_models_that_have_none_is_refused(tagless_export, ti
     if command == "cll-eval":
         assert set(json.loads((out / "results.json").read_text())["models"]) == {"n", "t", "t" + TAG_OMITTED}
         assert "n: trained without language tags, so no 'tag omitted' entry" in err
+
+
+def test_an_index_past_the_sentences_says_which_indices_there_are(tiny_export, m30k_centered, tmp_path, capsys,
+                                                                 no_model_loaded):
+    """Issue 66: `--index 3` with one --text sentence said "the direction has 1 sentences"."""
+    code, err = analyze(capsys, "attention", "--model", tiny_export, "--text", "Ein Hund.", "--tgt-lang", "fr",
+                        "--index", "3", "--out", tmp_path / "a")
+    assert code == 2 and "cll-analyze: error: --index 3: --text gives 1 sentence; --index must be 0" in err, err
+    code, err = analyze(capsys, "attention", "--model", tiny_export, "--text", "Ein Hund.", "--text", "Eine Katze.",
+                        "--tgt-lang", "fr", "--index", "2", "--out", tmp_path / "a")
+    assert code == 2 and "--index 2: --text gives 2 sentences; --index must be 0 to 1" in err, err

@@ -46,3 +46,23 @@ def test_bench_train_profiles_what_the_trainer_adds_at_tiny(m30k_centered, tmp_p
     # ZeRO-2's flat partitions against fused AdamW's read of each parameter's step counter
     assert row["trainer_ops_per_step"]["host_reads"] < row["plain_ops_per_step"]["host_reads"]
     assert row["trainer_ops_per_step"]["kernels"] > 0 and len(row["trainer_extra_top_ops"]) == 10
+
+
+def test_a_bench_given_a_wrong_corpus_or_device_ends_in_one_line(tmp_path, capsys):
+    """Issue 66: `bench_stream.py --multi30k /nonexistent` and `bench_decode.py --device cuda` on a
+    machine without CUDA ended in tracebacks; they end as every command does, before any work."""
+    import pytest
+    import torch
+    from bench import bench_decode, bench_model, bench_stream, bench_train
+    code = bench_stream.main(["--multi30k", str(tmp_path / "nonexistent"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"bench_stream: error: {tmp_path / 'nonexistent'}: not a directory\n"
+    assert not (tmp_path / "out").exists()
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: --device cuda is no mistake here")
+    for bench in (bench_decode, bench_model, bench_train):       # every bench with a --device
+        code = bench.main(["--device", "cuda", "--preset", "tiny"])
+        err = capsys.readouterr().err
+        name = bench.__name__.split(".")[-1]
+        assert code == 4 and err.startswith(f"{name}: error: --device cuda: no CUDA device is available here"), err
+        assert len(err.splitlines()) == 1

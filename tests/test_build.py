@@ -200,7 +200,7 @@ def test_flipped_byte_fails_verify_naming_the_shard(small_multiway, tmp_path, ca
     data[len(data) // 2] ^= 0x01
     shard.write_bytes(bytes(data))
     code, _, err = run_cli(main, ["verify", str(out)], capsys)
-    assert code == 1 and "train/de-en.00000.arrow: sha256 differs" in err
+    assert code == 2 and "train/de-en.00000.arrow: sha256 differs" in err
     assert "en-de.00000" not in err
     # Ranks of a node share the hashing: exactly one of three parts hashes (and names) the shard.
     m = Manifest.load(out)
@@ -210,7 +210,7 @@ def test_flipped_byte_fails_verify_naming_the_shard(small_multiway, tmp_path, ca
     # ... while every part checks every size.
     assert all("truncated" in m.check_files(out, part=(i, 3))[0] for i in range(3))
     code, _, err = run_cli(main, ["verify", str(out)], capsys)
-    assert code == 1 and "de-en.00000.arrow" in err and "truncated" in err
+    assert code == 2 and "de-en.00000.arrow" in err and "truncated" in err
     with pytest.raises(ManifestError, match="de-en.00000.arrow"):
         Manifest.load(out).verify(out, full=False)
 
@@ -407,3 +407,11 @@ def test_inspect_says_when_the_tag_decides_the_output_language():
                       "strict dependence: no, the language tag decides the output of every source language"]
     centered = dependence_lines(condition_directions("centered", ["en", "de", "fr"], "en")[2])
     assert centered[-1] == "strict dependence: no, the language tag decides the output of en"
+
+
+def test_verify_of_an_export_is_refused_with_a_listed_exit_code(tiny_export, capsys):
+    """Issue 66: `cll-shards verify EXPORT` listed every shard as missing and exited 1, a code the
+    README does not list (a damaged shard directory exits 2 too, test above)."""
+    code, _, err = run_cli(main, ["verify", str(tiny_export)], capsys)
+    assert code == 2 and f"cll-shards: error: {tiny_export} holds an export (export.json), not a shard directory" in err
+    assert "FAIL" not in err

@@ -248,6 +248,26 @@ def test_the_names_issue_53_changed_still_work_everywhere_a_user_wrote_them(m30k
     assert upgrade_fine_tuning_settings({"max_tokens": 512, "epochs": 2}) == {"batch_tokens": 512, "epochs": 2}
 
 
+def test_the_old_generated_flags_are_hidden_aliases_of_the_new_settings(capsys):
+    """Issue 66: the docs say old names still load, but --data.max_tokens and --train.data were
+    "unrecognized arguments". Every moved or renamed setting keeps its flag, read as the new one
+    with a notice and kept out of --help; the old and the new flag together are refused."""
+    from cll_scale.core.compat import MOVED
+    from cll_scale.train import build_parser, recipe_from_args
+    parser = build_parser()
+    args = parser.parse_args(["--data.max_tokens", "1024", "--train.data", "shards/x", "--train.valid-every", "7"])
+    assert recipe_from_args(args) == {"data": {"batch_tokens": 1024}, "train": {"shards": "shards/x"},
+                                      "valid": {"every": 7}}
+    err = capsys.readouterr().err
+    assert "--data.max_tokens is now --data.batch_tokens" in err and "--train.data is now --train.shards" in err
+    shown = parser.format_help()
+    assert not [old for old in MOVED if f"--{old}" in shown or f"--{old.replace('_', '-')}" in shown]
+    for old, new in MOVED.items():            # every old flag parses, to its new setting
+        assert recipe_from_args(parser.parse_args([f"--{old}", "3"])) == apply_overrides({}, [f"{new}=3"]), old
+    with pytest.raises(ValueError, match="--data.max_tokens and --data.batch_tokens are the same setting"):
+        recipe_from_args(parser.parse_args(["--data.max_tokens", "1024", "--data.batch_tokens", "512"]))
+
+
 # -- issue 51, class A: a flag's value is read by its setting's type, never a path as YAML --------
 
 @pytest.mark.parametrize("flag, value", [

@@ -252,3 +252,14 @@ def test_batch_tsv_reads_back_exactly_whatever_the_lines_hold(two_conditions, tm
     outputs = {name: t.translate(lines, "fr") for name, t in demo.translators.items()}
     assert read_tsv(path) == [["source", "fcll", "cbase"],
                               *([line, outputs["fcll"][i], outputs["cbase"][i]] for i, line in enumerate(lines))]
+
+
+def test_why_without_steps_takes_the_default(tiny_export):
+    """Issue 66: `why(..., steps=None)` (a cleared steps box sends None) raised TypeError; it now
+    integrates with the default steps, and a step count that is no number gets a message."""
+    from demo.app import WHY_STEPS, Demo
+    demo = Demo({"fcll": str(tiny_export)})
+    info, table = demo.why("Ein Mann fährt Fahrrad.", "de", "fr", "fcll", steps=None)
+    assert f"{WHY_STEPS} steps" in info and 'class="why-row"' in table
+    info, table = demo.why("Ein Mann fährt Fahrrad.", "de", "fr", "fcll", steps="many")
+    assert "integration steps must be a whole number" in info and table == ""

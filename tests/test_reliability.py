@@ -172,6 +172,16 @@ def test_full_disk_during_shard_build_keeps_the_old_output(small_multiway, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shards", "small"]       # no temp dir left
 
 
+def test_a_full_disk_at_start_names_the_file_it_could_not_write(m30k_centered, tmp_path):
+    """Issue 66: a run that could not write its first file said "[Errno 27] File too large" (on a
+    real disk, "No space left on device") and nothing of where; a failed write now names its file."""
+    run = tmp_path / "run"
+    res = subprocess.run([sys.executable, "-m", "cll_scale.train", *common(m30k_centered, run, 2)], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=600, preexec_fn=_file_size_limit(100))
+    assert res.returncode == 3, res.stderr[-2000:]
+    assert f"cll-train: error: {run / 'config.json'}: File too large" in res.stderr, res.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_path):
     run = tmp_path / "run"

@@ -753,7 +753,7 @@ def test_progress_reads_each_training_and_says_the_time_left(tmp_path):
     progress.show([("baseline", run)])                   # no line of metrics yet
     at(100, 60.0)
     at(400, 240.0)                                       # 300 steps in 180 s: 600 to go, 6 minutes
-    progress.show([("baseline", run)], final=True)
+    progress.show([("baseline", run)], ended="trained")
     lines = out.getvalue().splitlines()
     assert lines == ["[cll-repro] baseline: step 0/1,000, time left: measuring",
                      "[cll-repro] baseline: step 100/1,000, time left: measuring",
@@ -767,3 +767,51 @@ def test_progress_reads_each_training_and_says_the_time_left(tmp_path):
         def isatty(self):
             return True
     assert not Progress(Budget(steps=10), parallel=1, stream=Terminal()).active
+
+
+def test_progress_tells_a_finished_training_from_a_stopped_or_failed_one(tmp_path, capsys):
+    """Issue 66: cll-repro printed "baseline: step 0/2, trained" before "training baseline failed
+    (exit 2)", and after a SIGTERM "step 450/1,250, trained", then "failed (exit 143); its message
+    is above", though that message was only in train.log. Each training's end is now said as it
+    was, and a failure or stop repeats the training's own message from its log."""
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.scheduler import StepFailed, train_all
+
+    def job(name, code, message, step):
+        run = tmp_path / name
+        script = (f"import json, pathlib, sys; pathlib.Path({str(run / 'metrics.jsonl')!r}).write_text("
+                  f"json.dumps({{'step': {step}, 'loss': 5.0}}) + '\\n' + '{{\"step\": {step + 1}, \"lo'); "
+                  f"print('[cll-train] step {step}'); print({message!r}); sys.exit({code})")
+        return name, run, [sys.executable, "-c", script]
+
+    cases = [("fcll", 0, "", 2, "fcll: step 2/2, trained"),
+             ("stopped", 143, "cll-train: stopped by SIGTERM after saving the step 450 checkpoint; rerun with "
+              "--resume to continue", 450, "stopped: step 450/2, stopped after a checkpoint, rerun to resume"),
+             ("baseline", 2, "cll-train: error: unknown setting optim.lrr; did you mean optim.lr?", 0,
+              "baseline: step 0/2, failed (exit 2)")]
+    for name, code, message, step, progress in cases:
+        if not code:
+            train_all([job(name, code, message, step)], parallel=2, budget=Budget(steps=2))
+            err = capsys.readouterr().err
+        else:
+            with pytest.raises(StepFailed) as failed:
+                train_all([job(name, code, message, step)], parallel=2, budget=Budget(steps=2))
+            err = capsys.readouterr().err
+            assert failed.value.exit_code == code and message in str(failed.value)
+            assert f"(its output: {tmp_path / name / 'train.log'})" in str(failed.value)
+            assert "its message is above" not in str(failed.value)
+            assert ("rerun to resume" in str(failed.value)) == (code == 143)
+        assert f"[cll-repro] {progress}" in err, err           # the torn metrics line is no obstacle
+        assert (", trained" in err) == (code == 0)
+
+
+def test_a_misspelled_set_key_is_found_before_the_shards_are_built(multi30k, tmp_path, capsys):
+    """Issue 66: cll-repro built the shards, then the first cll-train said the --set key was unknown."""
+    from cll_scale.repro.cli import main
+    code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(multi30k),
+                 "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
+                 "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--set", "optim.lrr=1e-3",
+                 "--precision", "fp32"])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown setting optim.lrr; did you mean optim.lr?" in err and "--set optim.lrr=1e-3" in err
+    assert not (tmp_path / "shards").exists() and not (tmp_path / "runs").exists()

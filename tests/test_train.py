@@ -283,3 +283,33 @@ def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered
         before = after
     assert never_moved >= 1 and moved_by_momentum >= 1, targets     # both cases were seen
 
+
+
+@pytest.mark.slow
+def test_a_torn_metrics_line_is_dropped_on_resume_and_damaged_json_names_its_file(full_run, m30k_centered, tmp_path):
+    """Issue 66: a torn last line of metrics.jsonl (a full disk leaves one) stopped --resume with
+    "Unterminated string starting at: line 1 column 27"; now it is dropped with a warning naming
+    the file and the line, and the run goes on. A damaged config.json, or a recipe given as
+    --ds-config, is named, before the run directory is touched."""
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 41, "loss": 3.')
+    torn = len((run / "metrics.jsonl").read_text().splitlines())
+    res = cll_train(*common(m30k_centered, run, 42), "--resume")
+    assert f"warning: {run / 'metrics.jsonl'}: line {torn} is torn" in res.stderr
+    assert train_steps(run) == list(range(1, 43))            # every line whole, each step once
+
+    shutil.rmtree(run)
+    shutil.copytree(full_run, run)
+    (run / "config.json").write_text('{"preset": "tiny", "model": {"d_mo')
+    res = cll_train(*common(m30k_centered, run, 42), "--resume", check=False)
+    assert res.returncode == 2 and f"cll-train: error: {run / 'config.json'}: line 1, column" in res.stderr
+
+    fresh = tmp_path / "fresh"
+    recipe = ROOT / "recipes" / "multi30k_triangle_fcll.yaml"
+    res = cll_train(*common(m30k_centered, fresh, 2), "--ds-config", str(recipe), check=False)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert f"cll-train: error: {recipe}: line 1, column 1: not valid JSON" in res.stderr
+    assert "a recipe goes to --recipe" in res.stderr and not fresh.exists()

@@ -227,3 +227,34 @@ def test_cll_eval_replaces_its_directory_as_a_whole(tiny_export, m30k_centered, 
     code, _, err = run_cli(eval_main, ["--model", f"c={tiny_export}", *base], capsys)
     assert code == 2 and "holds what cll-eval did not write: notes.txt" in err, err
     assert (out / "notes.txt").read_text() == "mine" and (out / "hyps" / "c").is_dir()
+
+
+def test_input_mistakes_are_named_where_they_are(tiny_export, multi30k, tmp_path, capsys):
+    """Issue 66: a --tsv line with a tab inside its text said "unknown language 'Ein Hund'" without
+    its line; cll-eval --corpus on a folder with only test files asked for train.<lang> files; a
+    damaged export.json did not name the file."""
+    import shutil
+    from cll_scale.translate import main as translate_main
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("fr\tEin Hund.\nde\tEin Hund\trennt.\n", encoding="utf-8")
+    code, _, err = run_cli(translate_main, ["--model", str(tiny_export), "--tsv", "--input", str(tsv)], capsys)
+    assert code == 2 and "cll-translate: error: line 2: 'Ein Hund' is not a language of this model" in err
+    assert "a tab inside the text makes another column" in err
+
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    for lang in ("de", "en"):
+        lines = (multi30k / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()[:3]
+        (tests / f"test_2016_flickr.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, _, err = run_cli(eval_main, ["--model", f"m={tiny_export}", "--corpus", str(tests), "--split",
+                                       "test_2016_flickr", "--beam", "1", "--out", str(tmp_path / "r"),
+                                       "--lid-workers", "0"], capsys)
+    assert code == 0, err
+    report = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert sorted(d["direction"] for d in report["models"]["m"]["directions"]) == ["de-en", "en-de"]
+
+    damaged = tmp_path / "export"
+    shutil.copytree(tiny_export, damaged)
+    (damaged / "export.json").write_text('{"step": 15, "sha256": {"model.safet')
+    code, _, err = run_cli(translate_main, ["--model", str(damaged), "--tgt-lang", "fr", "--input", str(tsv)], capsys)
+    assert code == 2 and f"cll-translate: error: {damaged / 'export.json'}: line 1, column" in err

@@ -39,13 +39,26 @@ def _umask() -> int:
     return mask
 
 
+@contextlib.contextmanager
+def naming(path: str | os.PathLike):
+    """An ``OSError`` raised inside names ``path``: a write to an open file that fails (a full
+    disk: ENOSPC, EFBIG) carries no file name, and "[Errno 28] No space left on device" alone
+    does not say where."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from err
+
+
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     """Readers of ``path`` see the old file or the whole new one, never a partial write."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with naming(path), os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fchmod(f.fileno(), FILE_MODE & ~_umask())

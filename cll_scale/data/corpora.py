@@ -204,7 +204,10 @@ def condition_directions(condition: str, langs: list[str], central: str | None
 # Multi-way, line-aligned directory: {split}.{lang}[.gz]
 
 def read_multiway(root: str | os.PathLike, condition: str = "centered", langs: list[str] | None = None,
-                  central: str | None = None, allow_langs: frozenset[str] = frozenset()) -> Corpus:
+                  central: str | None = None, allow_langs: frozenset[str] = frozenset(),
+                  only_split: str | None = None) -> Corpus:
+    """``only_split``: read that split alone (an evaluation's test text), which then needs no
+    train split beside it; without it the corpus is one to train on."""
     root = Path(root)
     if not root.is_dir():
         raise CorpusError(f"{root}: not a directory")
@@ -218,7 +221,7 @@ def read_multiway(root: str | os.PathLike, condition: str = "centered", langs: l
         split, dot, lang = stem.rpartition(".")
         if not dot or not split:
             raise CorpusError(f"{path}: expected files named {{split}}.{{lang}}, e.g. train.de")
-        if langs and lang not in langs:
+        if (langs and lang not in langs) or (only_split and split != only_split):
             continue
         check_language(lang, allow_langs, where=f"file {path}")
         files = by_split.setdefault(split, {})
@@ -226,9 +229,9 @@ def read_multiway(root: str | os.PathLike, condition: str = "centered", langs: l
             raise CorpusError(f"duplicate language code {lang!r} in split {split!r}: "
                               f"{files.get(lang, path)} and {path}")
         files[lang] = path
-    if "train" not in by_split:
-        raise CorpusError(f"{root}: no train.{{lang}} files found")
-    found = list(langs) if langs else sorted(by_split["train"])
+    if (only_split or "train") not in by_split:
+        raise CorpusError(f"{root}: no {only_split or 'train'}.{{lang}} files found")
+    found = list(langs) if langs else sorted(by_split[only_split or "train"])
     order, central, sup = condition_directions(condition, found, central)
     zero = [Direction(a, b) for a in order for b in order if a != b and Direction(a, b) not in sup]
     splits = []

@@ -12,6 +12,7 @@ from cll_scale.core.compat import upgrade_entry, upgrade_report
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.evaluation.plots import plot_bleu_offtarget, plot_t_weights
 from cll_scale.evaluation.scoring import DirectionResult, averages
+from cll_scale.core.jsonfiles import read_json_object
 
 
 @dataclass
@@ -87,6 +88,11 @@ class EvalReport:
         return cls(d["test_set"], d["beam"], d["lid"],
                    {name: ModelEntry.from_json(e) for name, e in d["models"].items()},
                    d.get("common_directions"), d.get("bleu_signature", ""))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "EvalReport":
+        """A report as cll-eval and cll-repro write it (``results.json``, ``<split>.json``)."""
+        return cls.from_json(read_json_object(path))
 
 
 def markdown(report: EvalReport) -> str:

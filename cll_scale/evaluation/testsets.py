@@ -38,7 +38,7 @@ def pairs_from_corpus(path: str, split: str, languages: list[str]) -> dict[str, 
             raise ValueError(f"{path}: no split {split!r} for languages {', '.join(languages)} (no file "
                              f"{split}.<lang>); splits there: {', '.join(have) or 'none'}")
         every = ",".join(f"{a}-{b}" for a in langs for b in langs if a != b)
-        corpus = read_multiway(path, every, langs=langs)
+        corpus = read_multiway(path, every, langs=langs, only_split=split)     # no train.<lang> needed
     elif fmt == "opus100":
         corpus = read_opus100(path, langs=languages)
     else:

@@ -19,7 +19,6 @@ steps, peak learning rate 3e-4. Layout of ``--out`` (re-running the command resu
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest, Shard
@@ -159,7 +159,7 @@ def build_epoch_data(cfg: BTConfig, manifest: Manifest, epoch: int, n_chunks: in
     filtered: dict[str, dict[str, int]] = {}
     targets: dict[str, list] = {}
     for k in range(n_chunks):
-        rec = json.loads((parts / f"{k:06d}.json").read_text(encoding="utf-8"))
+        rec = read_json_object(parts / f"{k:06d}.json")
         if rec["direction"] not in targets:
             targets[rec["direction"]] = read_targets(data, manifest, rec["direction"])[1]
         tgt = Direction.parse(rec["direction"]).tgt
@@ -211,7 +211,7 @@ def epochs(cfg: BTConfig, manifest: Manifest, rank: int, world: int, device) -> 
     """The epochs not done yet: generate with the latest model, build that epoch's data, train."""
     out = Path(cfg.out)
     state_path = out / "bt.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {"epochs_done": 0}
+    state = read_json_object(state_path) if state_path.exists() else {"epochs_done": 0}
     for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
         current = cfg.model if epoch == 1 else out / "run" / "export"
         translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))

@@ -25,7 +25,6 @@ ones is refused (``--restart`` discards the run and begins again).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import torch
 
 from cll_scale.core.cli import csv_list
 from cll_scale.core.compat import upgrade
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.data.corpora import read_multiway
 from cll_scale.data.languages import Direction, LanguageError, check_language
@@ -217,7 +217,7 @@ def build_init_export(cfg: ExtendConfig, data: Path) -> Path:
     model, _ = load_export(cfg.model)
     manifest = Manifest.load(data)
     grown = grow_model(model, cfg.lang, manifest.tokenizer.vocab_size, cfg.noise, cfg.seed)
-    info = json.loads((Path(cfg.model) / "export.json").read_text())
+    info = read_json_object(Path(cfg.model) / "export.json")
     write_export(out, grown.state_dict(), grown.cfg, data,
                  {"extended_from": cfg.model, "lang": cfg.lang, "pretrain": pretrain_schedule(info),
                   "lang_tag": export_lang_tag(cfg.model)})
@@ -232,19 +232,19 @@ def pretrain_schedule(info: dict) -> dict:
     config = Path(info.get("run_dir", "")) / "config.json"
     if not config.is_file():
         return {}
-    optim = upgrade(json.loads(config.read_text()))["optim"]      # runs of before the sections too
+    optim = upgrade(read_json_object(config))["optim"]      # runs of before the sections too
     return {"lr": optim["lr"], "warmup_steps": optim["warmup_steps"], "step": info.get("step", 0)}
 
 
 # -- 4 + 5: fine-tune and evaluate ---------------------------------------------------------------
 
 def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
-    sched = json.loads((init / "export.json").read_text())["pretrain"]
+    sched = read_json_object(init / "export.json")["pretrain"]
     if cfg.lr:
         sched = {"lr": cfg.lr, "warmup_steps": 0, "step": 0}
     elif not sched:
         raise ValueError(f"{cfg.model}: its pre-training schedule is unknown (no run config.json); pass --lr")
-    frozen = old_cll_patterns(ModelConfig.from_json(json.loads((init / "model_config.json").read_text())),
+    frozen = old_cll_patterns(ModelConfig.from_json(read_json_object(init / "model_config.json")),
                               cfg.lang) + cfg.freeze
     run = Path(cfg.out) / "run"
     optim = {"lr": sched["lr"], "warmup_steps": sched["warmup_steps"], "schedule_offset": sched["step"]}

@@ -5,7 +5,6 @@ and the run ends with a before/after evaluation.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config
                                 print_tables)
 from cll_scale.core.cli import run as cli_run
 from cll_scale.core.compat import upgrade_fine_tuning_settings
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.data.inputs import source_length
 from cll_scale.data.manifest import Manifest
@@ -55,7 +55,7 @@ def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], 
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     produced = out.is_dir() and any(e.name not in (DirLock.NAME, SETTINGS) for e in out.iterdir())
     if path.is_file() and produced:
-        recorded = json.loads(path.read_text())
+        recorded = read_json_object(path)
         old, old_identity = upgrade_fine_tuning_settings(recorded["settings"]), recorded.get("identity", {})
 
         def same(k: str) -> bool:

@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import replace
@@ -19,6 +18,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cll_scale.core.compat import upgrade_export_info
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import atomic_dir, json_text
 from cll_scale.data.manifest import Manifest, sha256_file
 from cll_scale.model.config import ModelConfig
@@ -53,14 +53,14 @@ def export_model_config(export_dir: str | os.PathLike) -> dict:
     path = Path(export_dir) / "model_config.json"
     if not path.is_file():
         raise ExportError(f"{export_dir}: not a cll-scale export (no model_config.json)")
-    return json.loads(path.read_text())
+    return read_json_object(path)
 
 
 def export_lang_tag(export_dir: str | os.PathLike) -> bool:
     """Whether the exported model was trained with target-language tags (``lang_tag`` in
     export.json, from ``data.add_lang_tag``; exports of before it read as
     :func:`cll_scale.core.compat.upgrade_export_info` says)."""
-    info = upgrade_export_info(json.loads((Path(export_dir) / "export.json").read_text()))
+    info = upgrade_export_info(read_json_object(Path(export_dir) / "export.json"))
     value = info["lang_tag"]
     if not isinstance(value, bool):
         raise ExportError(f"{export_dir}/export.json: lang_tag must be true or false, not {value!r}")
@@ -75,12 +75,12 @@ def load_export(export_dir: str | os.PathLike, device: str | torch.device = "cpu
     if missing:
         raise ExportError(f"{d}: not a cll-scale export (missing {', '.join(missing)})")
     if check:
-        sums = json.loads((d / "export.json").read_text()).get("sha256", {})
+        sums = read_json_object(d / "export.json").get("sha256", {})
         bad = [f for f in FILES if sums.get(f) != sha256_file(d / f)]
         if bad:
             raise ExportError(f"{d}: {', '.join(bad)} differ from the checksums in export.json "
                               f"(modified or damaged); refusing to load")
-    cfg = ModelConfig.from_json(json.loads((d / "model_config.json").read_text()))
+    cfg = ModelConfig.from_json(read_json_object(d / "model_config.json"))
     model = CLLTransformer(cfg)
     try:
         state = load_file(str(d / "model.safetensors"), device="cpu")

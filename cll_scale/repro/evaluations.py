@@ -3,12 +3,12 @@ and the decoding settings: a re-run after an interruption, or with more seeds, d
 is new, and a record (no weights) is evaluated from its cache alone."""
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from cll_scale.core.cli import pick_device
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.evaluation.evaluator import evaluate_entries, file_name, select_directions
 from cll_scale.evaluation.report import ModelEntry
@@ -46,7 +46,7 @@ def cached_evaluation(figs: Path, name: str, split: str) -> dict:
     """The cached evaluation of ``name`` on ``split`` beside the report ``figs`` ({} when none):
     ``{"settings": ..., "entries": ...}``."""
     path = figs / "evaluated" / split / f"{file_name(name)}.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json_object(path) if path.exists() else {}
 
 
 class Evaluations:

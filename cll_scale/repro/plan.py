@@ -2,14 +2,13 @@
 layer sets), their run directories, recipes and overrides, and the step or time budget."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cll_scale.core.cli import csv_list
 from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.run.recipe import TrainConfig, apply_overrides, load_recipe
-from cll_scale.training.precision import ds_config_of, precision, resolve_ds_config
+from cll_scale.training.precision import ds_config_of, precision, read_ds_config, resolve_ds_config
 
 CONDITIONS = ("centered", "triangle", "square", "cycle")    # cll_scale.data.corpora, paper §4.1
 # The recipe families: the study's (issue 20), the diagnostics of issue 34 (small, 2,100 steps,
@@ -139,10 +138,10 @@ def planned_precision(recipe: Path, overrides: list[str], asked: str = "auto") -
     the recipe, or ``auto``'s choice for this machine."""
     if asked != "auto":
         path, _ = resolve_ds_config(ds_config_of(asked))
-        return precision(json.loads(path.read_text())), f"--precision {asked}"
+        return precision(read_ds_config(path)), f"--precision {asked}"
     train = apply_overrides(load_recipe(recipe), overrides).get("train", {})
     value = train.get("ds_config", TrainConfig.ds_config)
     path, why = resolve_ds_config(value)
     if str(value) != "auto" and any(o.partition("=")[0].strip() == "train.ds_config" for o in overrides):
         why = f"--set train.ds_config={value}"
-    return precision(json.loads(path.read_text())), why
+    return precision(read_ds_config(path)), why

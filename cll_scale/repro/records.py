@@ -4,13 +4,13 @@ that is gone, if it was trained with the same recipe, overrides and budget."""
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sys
 from pathlib import Path
 
 from cll_scale.core.compat import RULES, as_first_named, upgrade
 from cll_scale.core.hardware import hardware
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.repro.plan import Budget
 from cll_scale.run.recipe import SECTIONS, TrainConfig, apply_overrides, load_recipe, named_rules, training_rules
@@ -37,7 +37,7 @@ def run_state(run_dir: Path) -> dict:
     """Where a run stands: its last metrics line and whether the export is current."""
     last = last_train_row(read_rows(run_dir / "metrics.jsonl"))
     export = run_dir / "export" / "export.json"
-    exported_step = json.loads(export.read_text()).get("step") if export.exists() else None
+    exported_step = read_json_object(export).get("step") if export.exists() else None
     return {"last": last, "exported_step": exported_step}
 
 
@@ -79,7 +79,7 @@ def is_record(run_dir: Path) -> bool:
 
 def trained_on(run_dir: Path, here: str) -> str:
     """The hardware a run was trained on: its record says so; a run of this sitting, ``here``."""
-    return json.loads((run_dir / RECORD).read_text()).get("hardware", "?") if is_record(run_dir) else here
+    return read_json_object(run_dir / RECORD).get("hardware", "?") if is_record(run_dir) else here
 
 
 def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
@@ -111,7 +111,7 @@ def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Pat
         chosen[name] = run_dir
         if (run_dir / "metrics.jsonl").exists() or not is_record(record):
             continue
-        kept = json.loads((record / RECORD).read_text())
+        kept = read_json_object(record / RECORD)
         trained = recorded_rules(record)
         wanted = _as_trained(identities[name], trained)
         same = _same_recipe(kept, wanted) and all(_as_trained(kept, trained).get(k) == wanted[k]
@@ -134,7 +134,7 @@ def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> l
     path = run_dir / "config.json"
     if not path.is_file():
         return []
-    trained = upgrade(json.loads(path.read_text()))       # a run of before the sections reads the same
+    trained = upgrade(read_json_object(path))       # a run of before the sections reads the same
     wanted = apply_overrides(load_recipe(recipe), list(overrides))       # both map moved settings
     diff = []
     for section in SECTIONS:
@@ -171,7 +171,7 @@ def recipe_rules(recipe: Path, overrides: list[str]) -> tuple[dict[str, object],
 def recorded_rules(run_dir: Path) -> dict[str, object]:
     """The training rules a run (or record) was trained with, from its config.json (core.compat.LEGACY)."""
     path = run_dir / "config.json"
-    return training_rules(json.loads(path.read_text()) if path.is_file() else {}, recorded=True)
+    return training_rules(read_json_object(path) if path.is_file() else {}, recorded=True)
 
 
 def _as_number(value):

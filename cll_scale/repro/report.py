@@ -2,11 +2,11 @@
 training, each split's tables and plots, and with seeds the mean ± std per variant."""
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 from cll_scale.core.hardware import hardware
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import write_atomic
 from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED
 from cll_scale.evaluation.plots import (plot_bleu_offtarget, plot_cll_layers, plot_t_weights,
@@ -58,7 +58,7 @@ def training_table(runs: dict[str, Path], metrics: dict[str, list[dict]], machin
         lines.append(f"| {name} | {last.get('step', 0)} | {last.get('epoch', 0):.2f} | {last.get('tokens_seen', 0):,} "
                      f"| {last.get('elapsed_s', 0) / 60:.1f} | {last.get('nll', float('nan')):.3f} | "
                      f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} | "
-                     f"{json.loads((chosen_export(run_dir) / 'export.json').read_text())['step']} |"
+                     f"{read_json_object(chosen_export(run_dir) / 'export.json')['step']} |"
                      + (f" {machines[name]} |" if machines else ""))
     return lines
 

@@ -20,11 +20,45 @@ CONDITION_LANGS = {"triangle": "de,fr,cs", "square": "de,fr,cs,en", "cycle": "de
 
 
 class StepFailed(RuntimeError):
-    """A command cll-repro ran failed; it printed its own error, and its exit code is passed on."""
+    """A command cll-repro ran failed, or was stopped after a checkpoint; its exit code is passed
+    on. ``log``: the file its output went to, whose own one-line message is repeated here (without
+    one, the command printed it above)."""
 
-    def __init__(self, what: str, code: int):
-        super().__init__(f"{what} failed (exit {code}); its message is above")
+    def __init__(self, what: str, code: int, log: Path | None = None):
+        stopped = code > 128 and code - 128 in STOP_SIGNALS
+        head = (f"{what} was stopped by {signal.Signals(code - 128).name} after a checkpoint; rerun to resume"
+                if stopped else f"{what} failed (exit {code})")
+        if log:
+            said = last_message(log)
+            head += f" (its output: {log})" + (f": {said}" if said else "")
+        elif not stopped:
+            head += "; its message is above"
+        super().__init__(head)
         self.exit_code = code
+
+
+# The signals a training stops on after saving its checkpoint (its exit code is 128 + the signal).
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
+
+
+def outcome(code: int) -> str:
+    """How a training process ended, in words, by its exit code."""
+    if code == 0:
+        return "trained"
+    if code > 128 and code - 128 in STOP_SIGNALS:
+        return "stopped after a checkpoint, rerun to resume"
+    return f"failed (exit {code})"
+
+
+def last_message(log: Path) -> str | None:
+    """The one-line message a command ended its output with (``cll-train: error: …``), else the
+    log's last line; None when the log is missing or empty."""
+    try:
+        lines = [line.strip() for line in Path(log).read_text(encoding="utf-8", errors="replace").splitlines()
+                 if line.strip()]
+    except OSError:
+        return None
+    return next((line for line in reversed(lines) if line.startswith("cll-")), lines[-1] if lines else None)
 
 
 class Stopped(RuntimeError):
@@ -109,16 +143,17 @@ class Progress:
             estimates.append((self.budget.steps - step) * (elapsed - elapsed0) / (step - step0))
         return max(min(estimates), 0.0) if estimates else None
 
-    def show(self, running: list[tuple[str, Path]], final: bool = False) -> None:
+    def show(self, running: list[tuple[str, Path]], ended: str | None = None) -> None:
+        """A bar or line per running model; ``ended``: how the one given ended (:func:`outcome`)."""
         if not self.active:
             return
         now = time.monotonic()
-        lines = not self.tty and (final or now - self.last_line >= self.every_s)
+        lines = not self.tty and (ended is not None or now - self.last_line >= self.every_s)
         for name, run_dir in running:
-            row = last_train_row(read_rows(run_dir / "metrics.jsonl"))
+            row = last_train_row(read_rows(run_dir / "metrics.jsonl", warn=ended is not None))
             step, elapsed = row.get("step", 0), row.get("elapsed_s", 0.0)
             left = self.left(name, step, elapsed) if row else None
-            eta = "trained" if final else "time left: measuring" if left is None else \
+            eta = ended if ended is not None else "time left: measuring" if left is None else \
                 f"about {left / 60:.0f} min left" if left >= 60 else "under a minute left"
             total = f"/{self.budget.steps:,}" if self.budget.steps else ""
             if self.tty:
@@ -182,12 +217,11 @@ def train_all(commands: list[tuple[str, Path, list[str]]], parallel: int, done=N
                     continue
                 running.remove(item)
                 if progress:
-                    progress.show([(name, run_dirs[name])], final=True)
+                    progress.show([(name, run_dirs[name])], ended=outcome(proc.returncode))
                 if log:
                     log.close()
                 if proc.returncode:
-                    raise StepFailed(f"training {name}" + (f" (its output: {log_path})" if log_path else ""),
-                                     proc.returncode)
+                    raise StepFailed(f"training {name}", proc.returncode, log_path)
                 if done:
                     ended.append(name)
     finally:

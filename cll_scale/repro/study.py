@@ -19,7 +19,7 @@ from cll_scale.repro.records import (check_one_precision, check_one_rule, check_
                                      recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
-from cll_scale.run.recipe import apply_overrides, load_recipe
+from cll_scale.run.recipe import apply_overrides, check_recipe, load_recipe
 from cll_scale.training.precision import ds_config_of
 from cll_scale.training.rundir import chosen_export
 
@@ -76,6 +76,9 @@ class Reproduction:
         """Before anything runs: the trained models have the settings asked, the ones to train
         will share their precision and training rules, and with --eval-only every export is there."""
         s, plan = self.study, self.plan
+        for recipe in sorted(set(plan.recipe_of.values())):     # a misspelled --set, before the shards are built
+            check_recipe(apply_overrides(load_recipe(recipe), s.overrides + s.engine_overrides),
+                         f"{recipe.name} with --set {' --set '.join(s.overrides)}" if s.overrides else str(recipe))
         check_trained_settings(self.runs, plan.recipe_of, plan.overrides, s.overrides)
         if s.evaluation.omit_lang_tag:          # as cll-eval: refused where no model has a tag to omit
             Translator.check_tags_to_omit({name: self.tagged(name) for name in self.runs})

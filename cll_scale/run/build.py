@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from tqdm.auto import tqdm
 
 from cll_scale.core.compat import LEGACY_MODEL
 from cll_scale.core.hardware import cpu_bf16_speedup
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.core.settings import default_of
 from cll_scale.data.manifest import Manifest
@@ -31,7 +31,7 @@ from cll_scale.training import engine as ds
 from cll_scale.training.checkpointer import Checkpointer
 from cll_scale.training.metrics import MetricsLogger, device_peak_tflops
 from cll_scale.training.optim import GuardedAdamW
-from cll_scale.training.precision import precision
+from cll_scale.training.precision import precision, read_ds_config, resolve_ds_config
 from cll_scale.training.rundir import git_commit
 from cll_scale.training.validator import Validator
 
@@ -191,6 +191,8 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
         raise ValueError("no shard directory: set train.shards in the recipe or pass --data")
     manifest = Manifest.load(data_dir)
     cfg = _resolve(recipe, manifest, data_dir)
+    if str(cfg.train.ds_config) != "auto":     # a recipe or a damaged file as --ds-config: before the lock and the model
+        read_ds_config(resolve_ds_config(cfg.train.ds_config)[0])
     run_dir = Path(cfg.train.run_dir)
     if resume and not run_dir.is_dir():
         raise FileNotFoundError(f"--resume: {run_dir} does not exist, so there is nothing to resume; "
@@ -325,7 +327,7 @@ def check_recorded_settings(run_dir: Path, cfg: RunConfig) -> None:
     path = run_dir / "config.json"
     if not path.is_file():
         return
-    config = json.loads(path.read_text())
+    config = read_json_object(path)
     recorded = {**LEGACY_MODEL, **config.get("model", {})}
     now = cfg.model.to_json()
     diff = [f"model.{k}={recorded[k]!r} (now {now[k]!r})" for k in sorted(now)

@@ -287,6 +287,26 @@ def _suggest(section: str, key: str, names: list[str]) -> str:
     return f"{section} settings are {', '.join(names)}"
 
 
+def check_recipe(recipe: dict, where: str) -> None:
+    """What can be checked of a recipe (overrides applied) without its shards: every setting's
+    name, and every section's values but the model's (whose sizes come from the shards). A command
+    that starts trainings later (cll-repro) calls this first, so that a misspelled ``--set`` key is
+    found before any shard is built."""
+    check_sections(recipe, where)
+    for section, cls in section_classes().items():
+        values = recipe.get(section) or {}
+        try:
+            if section == "model":
+                names = [f.name for f in dataclasses.fields(cls)]
+                unknown = next((key for key in values if key not in names), None)
+                if unknown is not None:
+                    raise ValueError(f"unknown setting model.{unknown}; " + _suggest(section, str(unknown), names))
+            else:
+                build_section(section, values)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+
+
 def build_section(section: str, values: dict):
     """One section's dataclass from recipe values, checked at the boundary."""
     cls = section_classes()[section]
@@ -382,9 +402,28 @@ def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
             shown = f"one of {', '.join(choices)}; " if choices else ""
             group.add_argument(*flags, dest=f"{section}.{f.name}", default=None, metavar="VALUE", choices=choices,
                                help=f"{f.metadata['help']} ({shown}default: {default})")
+    add_old_recipe_flags(parser)
+
+
+def add_old_recipe_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the settings :data:`~cll_scale.core.compat.MOVED` renamed or moved
+    (``--data.max_tokens``, ``--train.data``, ``--train.lr``…), still read as the docs promise
+    for old names, but hidden from ``--help``: their value goes to the new setting with a notice."""
+    for old in MOVED:
+        section, name = old.split(".")
+        flags = dict.fromkeys([f"--{old}", f"--{section}.{name.replace('_', '-')}"])
+        parser.add_argument(*flags, dest=old, default=None, help=argparse.SUPPRESS)
 
 
 def recipe_flags(args: argparse.Namespace) -> list[str]:
-    """The recipe settings given as flags, as ``--set`` overrides."""
-    return [f"{dest}={value}" for dest, value in vars(args).items()
-            if "." in dest and dest.split(".")[0] in SECTIONS and value is not None]
+    """The recipe settings given as flags, as ``--set`` overrides; an old flag
+    (:func:`add_old_recipe_flags`) as its new setting, with a notice."""
+    given = {dest: value for dest, value in vars(args).items()
+             if "." in dest and dest.split(".")[0] in SECTIONS and value is not None}
+    for old in [dest for dest in given if dest in MOVED]:
+        new = MOVED[old]
+        if new in given:
+            raise ValueError(f"--{old} and --{new} are the same setting; keep --{new}")
+        notice(f"--{old} is now --{new} (read as such; the old name will go)")
+        given[new] = given.pop(old)
+    return [f"{dest}={value}" for dest, value in given.items()]

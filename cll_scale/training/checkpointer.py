@@ -10,7 +10,6 @@ DeepSpeed is reached only through :mod:`cll_scale.training.engine`.
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from cll_scale.core import faults
 from cll_scale.core.cli import EXIT_FILES
 from cll_scale.core.compat import upgrade_client_state
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.model.export import write_export
 from cll_scale.training import collectives
@@ -161,7 +161,7 @@ class Checkpointer:
         no later than ``step`` (a resumed run continues the same selection)."""
         info = self.run_dir / BEST_EXPORT / "export.json"
         if metric and info.exists():
-            best = json.loads(info.read_text()).get("best", {})
+            best = read_json_object(info).get("best", {})
             if best.get("metric") == metric and best.get("step", 0) <= step:
                 return float(best["value"])
         return None

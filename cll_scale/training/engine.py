@@ -5,7 +5,6 @@ The same code runs in one CPU process (no launcher), under ``deepspeed --num_gpu
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -16,7 +15,7 @@ from pathlib import Path
 import torch
 
 from cll_scale.training import collectives
-from cll_scale.training.precision import resolve_ds_config
+from cll_scale.training.precision import read_ds_config, resolve_ds_config
 
 
 def init_distributed() -> tuple[int, int, int]:
@@ -64,7 +63,7 @@ def make_ds_config(path: str | Path, optim, grad_accum: int, world_size: int, ru
     path, why = resolve_ds_config(path, agree=collectives.ranks_agree if torch.distributed.is_initialized() else None)
     if auto and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
         print(f"[cll-scale] ds_config auto: {path.name} ({why})", file=sys.stderr, flush=True)
-    cfg = json.loads(path.read_text())
+    cfg = read_ds_config(path)
     owned = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
              "gradient_clipping", "scheduler"}
     clash = owned & set(cfg)

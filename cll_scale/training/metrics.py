@@ -6,7 +6,6 @@ training loop's one device→host synchronisation in the steady state.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,7 +13,8 @@ from pathlib import Path
 import torch
 
 from cll_scale.core.hardware import peak_bf16_tflops
-from cll_scale.core.outputs import json_text, write_atomic
+from cll_scale.core.jsonfiles import read_json_lines
+from cll_scale.core.outputs import json_text, naming, write_atomic
 from cll_scale.core.settings import setting
 
 
@@ -117,12 +117,11 @@ class WindowSums:
     flops: float = 0.0        # model FLOPs of the window's steps, all ranks
 
 
-def read_rows(path: Path) -> list[dict]:
-    """Every line of a run's ``metrics.jsonl`` (none when the run has not logged yet)."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def read_rows(path: Path, warn: bool = True) -> list[dict]:
+    """Every line of a run's ``metrics.jsonl`` (none when the run has not logged yet); a torn last
+    line is dropped, with a warning unless ``warn`` is off (a live run's log may end mid-write)
+    (:func:`~cll_scale.core.jsonfiles.read_json_lines`)."""
+    return read_json_lines(path, warn)
 
 
 class MetricsLogger:
@@ -137,7 +136,7 @@ class MetricsLogger:
         """Write ``record`` and send ``events`` (monitor tag -> value) at its step."""
         row = asdict(record) if isinstance(record, TrainRecord) else record
         if self.rank == 0:
-            with open(self.path, "a", encoding="utf-8") as f:
+            with naming(self.path), open(self.path, "a", encoding="utf-8") as f:
                 f.write(json_text(row, non_finite_as_null=True) + "\n")
         if self.monitor is not None:
             self.monitor([(tag, value, row["step"]) for tag, value in events.items() if value is not None])
@@ -148,9 +147,10 @@ class MetricsLogger:
         Returns how many lines were dropped."""
         if self.rank != 0:
             return 0
-        rows = read_rows(self.path)
+        rows = read_json_lines(self.path)
         kept = [row for row in rows if row.get("step", 0) <= step]
-        if len(kept) < len(rows):
+        # A torn last line goes too: the next record appended after it would share its line.
+        if len(kept) < len(rows) or rows.torn:
             write_atomic(self.path, "".join(json_text(row, non_finite_as_null=True) + "\n" for row in kept))
         return len(rows) - len(kept)
 

@@ -6,13 +6,13 @@ starting an engine.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from cll_scale.core.hardware import cpu_bf16_speedup
+from cll_scale.core.jsonfiles import read_json_object
 
 ROOT = Path(__file__).resolve().parents[2]
 DS_CONFIGS = ROOT / "ds_configs"
@@ -44,6 +44,13 @@ def resolve_ds_config(path: str | Path, agree: Callable[[bool], bool] | None = N
     return path, "named by the recipe"
 
 
+def read_ds_config(path: Path) -> dict:
+    """The engine settings a ``train.ds_config`` file holds; one that is not a JSON object (a
+    recipe given as ``--ds-config``, a damaged file) is refused naming it."""
+    return read_json_object(path, "train.ds_config (--ds-config) names DeepSpeed's engine settings as JSON, "
+                                  "e.g. ds_configs/cpu_fp32.json (a recipe goes to --recipe)")
+
+
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
@@ -67,6 +74,6 @@ def trained_precision(run_dir: Path) -> str | None:
     """The precision a run trains in (its ``ds_config.json``, which a record keeps too); None
     before it started."""
     path = Path(run_dir) / "ds_config.json"
-    return precision(json.loads(path.read_text())) if path.is_file() else None
+    return precision(read_ds_config(path)) if path.is_file() else None
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cll_scale.core.compat import unlisted_checkpoint_problem
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.settings import setting
 
 
@@ -102,7 +103,7 @@ def resumable_tag(ckpt_dir: Path) -> tuple[str | None, str]:
 def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
     meta = ckpt_dir / tag / META
     if meta.is_file():
-        return json.loads(meta.read_text())["world_size"]
+        return read_json_object(meta)["world_size"]
     return len(list((ckpt_dir / tag).glob("*optim_states.pt")))
 
 
