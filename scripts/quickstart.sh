@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The README's main job: Multi30k → triangle shards (de→fr→cs→de; the reverses zero-shot), the
-# quickstart's `small` Baseline and FCLL (recipes/multi30k_triangle_quickstart_*.yaml: the
-# diagnostics' recipes with 2,048 tokens a step and 200 warm-up steps) trained side by side for
+# quickstart's `mini` Baseline and FCLL (recipes/multi30k_triangle_quickstart_*.yaml: 1,024 tokens
+# a step, lr 3e-3 after 400 warm-up steps) trained side by side for
 # QUICKSTART_STEPS steps each (a step budget, so what it shows does not depend on how busy the
 # machine is; cll-repro's progress lines give the time left), cll-eval on the first
 # QUICKSTART_SENTENCES sentences of each test_2016 direction, and the summary.
-#   QUICKSTART_STEPS                steps a model (1,250)
+#   QUICKSTART_STEPS                steps a model (1,400)
 #   QUICKSTART_CONDITION=centered   the English-centered run of before (8 minutes a model)
 #   QUICKSTART_PRECISION            auto (bf16 where this CPU's bf16 matmuls are faster), bf16 or fp32
 #   QUICKSTART_SHARDS, QUICKSTART_RUNS   where the shards and the runs go (data/shards, runs/quickstart)
@@ -23,10 +23,10 @@ CORES=$(nproc)
 stage() { echo; echo "== [$1/3] $2 =="; }
 
 case "$CONDITION" in
-  # The triangle's two models train side by side, each on half the cores: at 2,048 tokens a step
-  # two threads share one model's small matrices badly (2,416 target tokens/s against 2 x 1,745
-  # side by side on the 2-core Xeon; docs/usage.md, "Set-up").
-  triangle) BUDGET=(--settings quickstart --steps-per-model "${QUICKSTART_STEPS:-1250}" --parallel 2)
+  # The triangle's two models train side by side, each on half the cores: two threads share one
+  # model's small matrices badly (`small` at 2,048 tokens a step: 2,416 target tokens/s on two
+  # threads against 2 x 1,745 side by side on the 2-core Xeon; the `mini` matrices are smaller).
+  triangle) BUDGET=(--settings quickstart --steps-per-model "${QUICKSTART_STEPS:-1400}" --parallel 2)
             THREADS=$(( CORES > 1 ? CORES / 2 : 1 ))
             SENTENCES=${QUICKSTART_SENTENCES:-150}; LANGS=(--langs de,fr,cs); REPORT=triangle-quickstart ;;
   centered) BUDGET=(--minutes-per-model "${QUICKSTART_MINUTES:-8}"); THREADS=$CORES

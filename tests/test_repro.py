@@ -485,8 +485,8 @@ def test_the_quickstart_recipes_differ_in_the_variant_alone_at_the_documented_se
     assert (b.model.variant, f.model.variant) == ("baseline", "fcll")
     assert dataclasses.replace(b.model, variant="fcll") == f.model
     assert (b.data, b.optim, b.train.seed) == (f.data, f.optim, f.train.seed)
-    assert {k: getattr(b.model, k) for k in PRESETS["mini"]} == PRESETS["mini"] and b.model.dropout == 0.0
-    assert (b.data.batch_tokens, b.optim.lr, b.optim.warmup_steps, b.valid.decode_sentences) == (1024, 2e-3, 400, 0)
+    assert {k: getattr(b.model, k) for k in PRESETS["mini"]} == PRESETS["mini"] and b.model.dropout == 0.1
+    assert (b.data.batch_tokens, b.optim.lr, b.optim.warmup_steps, b.valid.decode_sentences) == (1024, 3e-3, 400, 0)
     for variant, c in q.items():
         assert c.train.run_dir.endswith(f"multi30k-triangle-quickstart-{variant}")
 
