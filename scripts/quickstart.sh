@@ -43,8 +43,9 @@ if [ ! -f "$MULTI30K/train.en" ]; then
   MULTI30K=data/raw/multi30k
 fi
 SHARDS=$SHARDS_ROOT/multi30k-$CONDITION
-[ -f "$SHARDS/manifest.json" ] || $PY -m data_tools build --input "$MULTI30K" --condition "$CONDITION" \
-    "${LANGS[@]}" --out "$SHARDS" > "$RUNS/build.log"
+# --reuse: shards of this corpus and condition are kept, a directory of this name built otherwise is refused
+$PY -m data_tools build --reuse --input "$MULTI30K" --condition "$CONDITION" "${LANGS[@]}" --out "$SHARDS" \
+    > "$RUNS/build.log"
 $PY -m data_tools verify "$SHARDS"
 $PY -m data_tools inspect "$SHARDS" | sed -n 1,5p
 

@@ -15,8 +15,8 @@ from cll_scale.evaluation.translator import Translator, check_beam
 from cll_scale.repro.evaluations import EvalSettings, Evaluations, cached_evaluation
 from cll_scale.repro.plan import planned_precision
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
-from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
-                                     recipe_rules, training_identity, use_records, write_record)
+from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_budget, check_trained_settings,
+                                     finished, is_record, recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
 from cll_scale.run.recipe import apply_overrides, load_recipe
@@ -76,6 +76,7 @@ class Reproduction:
         """Before anything runs: the trained models have the settings asked, the ones to train
         will share their precision and training rules, and with --eval-only every export is there."""
         s, plan = self.study, self.plan
+        check_trained_budget(self.runs, s.budget)
         check_trained_settings(self.runs, plan.recipe_of, plan.overrides, s.overrides)
         if s.evaluation.omit_lang_tag:          # as cll-eval: refused where no model has a tag to omit
             Translator.check_tags_to_omit({name: self.tagged(name) for name in self.runs})
