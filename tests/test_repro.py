@@ -855,3 +855,32 @@ def test_a_record_is_recognised_under_the_old_name_of_a_setting(tmp_path, capsys
     assert "training it anew" not in capsys.readouterr().err
     other = training_identity(recipe, ["data.batch_tokens=2048"], budget)
     assert use_records(gone, {"fcll": other}, records, budget) == gone
+
+
+def test_results_script_writes_its_reports_under_root_unless_out_names_docs_results(tmp_path):
+    """Issue 66 (the data loss): `scripts/results.py --stages triangle --steps 1 ... --root R` rewrote
+    the committed docs/results/triangle.md, its JSON and plots. Its reports go to <root>/reports
+    unless --out asks for another folder. Here the back-translation stage, whose runs are there
+    already (their own evaluations, from the committed table), merges them and writes its report."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import results
+    committed = json.loads((ROOT / "docs" / "results" / "backtranslation" / "results.json").read_text())
+    root = tmp_path / "R"
+    for variant in ("baseline", "fcll"):
+        export = root / "runs" / f"multi30k-centered-{variant}" / "export"
+        export.mkdir(parents=True)
+        (export / "export.json").write_text("{}")
+        own = {**committed, "models": {"before": committed["models"][variant],
+                                       "after 2 BT epochs": committed["models"][f"{variant} + BT"]}}
+        (root / "bt" / variant / "eval" / "test_2016_flickr").mkdir(parents=True)
+        (root / "bt" / variant / "eval" / "test_2016_flickr" / "results.json").write_text(json.dumps(own))
+    docs = {p: p.read_bytes() for p in (ROOT / "docs" / "results").rglob("*") if p.is_file()}
+    assert results.main(["--stages", "backtranslation", "--root", str(root)]) == 0
+    assert {p: p.read_bytes() for p in (ROOT / "docs" / "results").rglob("*") if p.is_file()} == docs
+    report = (root / "reports" / "backtranslation.md").read_text()
+    assert "| fcll + BT |" in report and (root / "reports" / "backtranslation" / "results.json").is_file()
+    # the project's own reports are asked for by name; cll-repro's stages get the same folder
+    args = results.parse_args(["--root", str(root), "--out", str(tmp_path / "docs")])
+    command = results.repro_command(args, "triangle")
+    assert command[command.index("--out") + 1] == str(tmp_path / "docs")
+    assert results.parse_args(["--root", str(root)]).out == root / "reports"
