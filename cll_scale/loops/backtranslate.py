@@ -210,10 +210,8 @@ def check_epochs(cfg: BTConfig, restart: bool) -> Manifest:
     """:meth:`BTConfig.check`, and, for a rerun, that it asks no fewer epochs than the run has
     done: its model is the one after all of them, and its report would name the fewer."""
     manifest = cfg.check()
-    done = 0 if restart else bt_state(Path(cfg.out))["epochs_done"]
-    if done > cfg.epochs:
-        raise ValueError(f"--epochs {cfg.epochs}: {cfg.out} has done {done} back-translation epochs, and its model "
-                         f"is the one after them; ask --epochs {done} (or more, to go on), or --restart")
+    finetune.check_not_cut_back("--epochs", cfg.epochs, bt_state(Path(cfg.out))["epochs_done"], cfg.out,
+                                "back-translation epochs", restart)
     return manifest
 
 

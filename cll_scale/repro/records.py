@@ -150,16 +150,15 @@ def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> l
 
 
 def _as_trained(identity: dict, trained: dict[str, object]) -> dict:
-    """``identity`` without the overrides that restate a training rule the record was trained
-    with (``trained``: its :func:`recorded_rules`; ``--set data.mixing=direction`` on a record of
-    before issue 34, whose recipe names no rule): they ask nothing the record does not have, so a
-    study continued under its own rules keeps its records."""
+    """``identity``, its overrides under today's names, without those that restate a training rule
+    the record was trained with (``trained``: its :func:`recorded_rules`; ``--set data.mixing=direction``
+    on a record of before issue 34, whose recipe names no rule): they ask nothing the record does
+    not have, so a study continued under its own rules keeps its records."""
     def restates(item: str) -> bool:
         key = item.partition("=")[0]
         return key in trained and named_rules(apply_overrides({}, [item])).get(key) == trained[key]
 
-    overrides = [upgrade_override(item) for item in identity.get("overrides") or []]   # old names as today's
-    return {**identity, "overrides": [item for item in overrides if not restates(item)]}
+    return {**identity, "overrides": [o for o in map(upgrade_override, identity.get("overrides") or []) if not restates(o)]}
 
 
 def recipe_rules(recipe: Path, overrides: list[str]) -> tuple[dict[str, object], dict[str, object]]:
@@ -191,34 +190,6 @@ def check_trained_settings(runs: dict[str, Path], recipe_of: dict[str, Path], ov
     if problems:
         raise ValueError("the trained models differ from what the recipes and --set ask: " + "; ".join(problems)
                          + ". Train these settings into another --runs-root (and --out), or drop the --set")
-
-
-def trained_budget(run_dir: Path) -> Budget | None:
-    """The budget a run directory's last sitting trained under (its config.json's max_steps and
-    max_minutes, which cll-repro sets from its budget); None without a config.json."""
-    path = run_dir / "config.json"
-    if not path.is_file():
-        return None
-    train = upgrade(json.loads(path.read_text())).get("train", {})
-    return Budget(int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0.0))
-
-
-def check_trained_budget(runs: dict[str, Path], budget: Budget) -> None:
-    """Refuse, before anything runs, run directories that count as finished under this budget but
-    were trained under another: one trained 4 steps is finished for a 2-step budget too, and its
-    report and record would then name 2 steps above a model of 4. (A run that is not finished
-    trains on to the new budget; a record stands in only for its own budget, :func:`use_records`.)"""
-    def amount(b: Budget) -> str:
-        return " or ".join([f"{b.steps:,} steps"] * bool(b.steps) + [f"{b.minutes:g} minutes"] * bool(b.minutes))
-
-    other = {name: trained for name, run_dir in runs.items()
-             if not is_record(run_dir) and (trained := trained_budget(run_dir)) is not None
-             and trained != budget and finished(run_dir, budget)}
-    if other:
-        raise ValueError(f"the study asks {amount(budget)} a model, but " + "; ".join(
-            f"{name} was trained for {amount(b)}" for name, b in other.items())
-            + ": a finished model is not cut back to a smaller budget. Ask the budget it was trained for (or a "
-              "larger one, to train it on), or train into another --runs-root and --out")
 
 
 def check_one_precision(runs: dict[str, Path], planned: dict[str, tuple[str, str]], allow: bool) -> None:

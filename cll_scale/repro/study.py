@@ -15,8 +15,9 @@ from cll_scale.evaluation.translator import Translator, check_beam
 from cll_scale.repro.evaluations import EvalSettings, Evaluations, cached_evaluation
 from cll_scale.repro.plan import planned_precision
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
-from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_budget, check_trained_settings,
-                                     finished, is_record, recipe_rules, training_identity, use_records, write_record)
+from cll_scale.repro.budgets import check_trained_budget
+from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
+                                     recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
 from cll_scale.repro.scheduler import build_shards, train_all, train_command
 from cll_scale.run.recipe import apply_overrides, load_recipe
