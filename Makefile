@@ -12,11 +12,17 @@ env:
 quickstart: env
 	@MULTI30K=$(MULTI30K) QUICKSTART_CONDITION=$(QUICKSTART_CONDITION) bash scripts/quickstart.sh
 
-# The two models make quickstart trained (the checkpoint it evaluated: export-best/ when there is one)
-QS_RUN = runs/quickstart/runs/multi30k-$(if $(filter centered,$(QUICKSTART_CONDITION)),centered,triangle-quickstart)
+# The two models make quickstart trained (the checkpoint it evaluated: export-best/ when there is one),
+# under QUICKSTART_RUNS as the script puts them
+QUICKSTART_RUNS ?= runs/quickstart
+QS_RUN = $(QUICKSTART_RUNS)/runs/multi30k-$(if $(filter centered,$(QUICKSTART_CONDITION)),centered,triangle-quickstart)
 qs_export = $(firstword $(wildcard $(QS_RUN)-$(1)/export-best) $(QS_RUN)-$(1)/export)
 
+QS_VARS = QUICKSTART_CONDITION=$(QUICKSTART_CONDITION) QUICKSTART_RUNS=$(QUICKSTART_RUNS)
+
 demo: env
+	@for m in $(call qs_export,baseline) $(call qs_export,fcll); do [ -f "$$m/export.json" ] || { \
+	    echo "make demo: no quickstart model at $$m: run make quickstart first ($(QS_VARS))" >&2; exit 2; }; done
 	$(PY) -m demo --model baseline=$(call qs_export,baseline) --model fcll=$(call qs_export,fcll) \
 	    --examples $(MULTI30K)
 

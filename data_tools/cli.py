@@ -22,7 +22,7 @@ from cll_scale.data.corpora import (CorpusError, detect_format, read_hf_dataset,
                                     read_parquet_dir)
 from cll_scale.data.languages import Direction, strict_dependence, targets_by_source
 from cll_scale.data.manifest import Manifest
-from cll_scale.data.shards import BuildConfig, build_into, shard_output
+from cll_scale.data.shards import BuildConfig, build_into, kept_build, shard_output
 from data_tools.synth import synthesize
 
 FORMATS = ("auto", "multiway", "opus100", "parquet", "hf")
@@ -48,9 +48,22 @@ def read_corpus(args) -> object:
 
 def cmd_build(args) -> int:
     clock, cfg = StageClock(), config_from_args(BuildConfig, args)
-    with shard_output(cfg, args.input, clock) as tmp:    # a refused --out costs no reading of the corpus
-        with clock.stage("scan"):            # line counts and the UTF-8 check of every input file
+    corpus = None
+    if args.reuse:
+        if cfg.overwrite:
+            raise ValueError("--reuse keeps a build of this corpus, --overwrite replaces any: pass one of them")
+        with clock.stage("scan"):
             corpus = read_corpus(args)
+        settings = kept_build(corpus, cfg)
+        if settings is not None:
+            print(f"kept {args.out_dir}: the shards of this corpus and condition"
+                  + (f", built with {', '.join(settings)} (--overwrite rebuilds them with this command's settings)"
+                     if settings else ""), file=sys.stderr)
+            return 0
+    with shard_output(cfg, args.input, clock) as tmp:    # a refused --out costs no reading of the corpus
+        if corpus is None:
+            with clock.stage("scan"):            # line counts and the UTF-8 check of every input file
+                corpus = read_corpus(args)
         manifest = build_into(corpus, cfg, tmp, clock)
     print(f"wrote {args.out_dir} in {clock.format()}")
     print(format_table(manifest))
@@ -149,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--pairs", help="--format hf: configs to read, e.g. de-en,en-fr (default: all)")
     b.add_argument("--allow-lang", action="append", metavar="CODE", help="accept a non-ISO-639-1 code")
     add_config_arguments(b, BuildConfig)
+    b.add_argument("--reuse", action="store_true",
+                   help="keep an existing --out built from this corpus with these languages and directions (its "
+                        "other build settings named); refuse one of another corpus or condition")
     b.set_defaults(func=cmd_build)
     i = sub.add_parser("inspect", help="print a per-direction table of a shard directory")
     i.add_argument("dir")

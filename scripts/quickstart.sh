@@ -22,6 +22,20 @@ export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1} HF_DATASETS_OFFLINE=${HF_DATASETS_OFF
 CORES=$(nproc)
 stage() { echo; echo "== [$1/3] $2 =="; }
 
+# Each variable is checked before anything runs, its error naming it: cll-repro would refuse a bad
+# value only after stage 1, naming its own flag, and QUICKSTART_STEPS=0 would mean no step budget.
+check_var() {   # NAME PATTERN WHAT: NAME, when set and not empty, must match PATTERN
+  local value=${!1:-}
+  if [ -n "$value" ] && ! [[ $value =~ $2 ]]; then
+    echo "quickstart: $1 must be $3, not '$value'" >&2
+    exit 2
+  fi
+}
+check_var QUICKSTART_STEPS '^[1-9][0-9]*$' "a positive whole number of steps"
+check_var QUICKSTART_SENTENCES '^[0-9]+$' "a whole number of sentences (0: all of them)"
+check_var QUICKSTART_MINUTES '^(0*[1-9][0-9]*(\.[0-9]*)?|0*\.[0-9]*[1-9][0-9]*)$' "a positive number of minutes"
+check_var QUICKSTART_PRECISION '^(auto|bf16|fp32)$' "auto, bf16 or fp32"
+
 case "$CONDITION" in
   # The triangle's two models train side by side, each on half the cores: two threads share one
   # model's small matrices badly (`small` at 2,048 tokens a step: 2,416 target tokens/s on two
@@ -33,6 +47,9 @@ case "$CONDITION" in
             SENTENCES=${QUICKSTART_SENTENCES:-100}; LANGS=(); REPORT=centered ;;
   *) echo "QUICKSTART_CONDITION must be triangle or centered, not '$CONDITION'" >&2; exit 2 ;;
 esac
+if [ "$CONDITION" = centered ] && [ -n "${QUICKSTART_STEPS:-}" ]; then
+  echo "quickstart: QUICKSTART_STEPS is the triangle's budget; the centered models train QUICKSTART_MINUTES each" >&2
+fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$THREADS}
 mkdir -p "$RUNS"
 
@@ -43,8 +60,9 @@ if [ ! -f "$MULTI30K/train.en" ]; then
   MULTI30K=data/raw/multi30k
 fi
 SHARDS=$SHARDS_ROOT/multi30k-$CONDITION
-[ -f "$SHARDS/manifest.json" ] || $PY -m data_tools build --input "$MULTI30K" --condition "$CONDITION" \
-    "${LANGS[@]}" --out "$SHARDS" > "$RUNS/build.log"
+# --reuse: shards of this corpus and condition are kept, a directory of this name built otherwise is refused
+$PY -m data_tools build --reuse --input "$MULTI30K" --condition "$CONDITION" "${LANGS[@]}" --out "$SHARDS" \
+    > "$RUNS/build.log"
 $PY -m data_tools verify "$SHARDS"
 $PY -m data_tools inspect "$SHARDS" | sed -n 1,5p
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 from pathlib import Path
 
@@ -98,7 +99,14 @@ def table(now: dict[str, dict], runs: Path | None) -> list[str]:
 TARGETS = "the quickstart's targets: at least 2x, intervals apart, BLEU 15 or more"
 
 
-def verdict(now: dict[str, dict]) -> str:
+# What trains both models on from where they stopped: each condition's own budget variable.
+MORE = {"triangle": "More steps train both models on from where they stopped: QUICKSTART_STEPS=N make quickstart, "
+                    "N above this run's.",
+        "centered": "More minutes train both models on from where they stopped: QUICKSTART_CONDITION=centered "
+                    "QUICKSTART_MINUTES=N make quickstart, N above this run's."}
+
+
+def verdict(now: dict[str, dict], condition: str = "triangle") -> str:
     """Whether the effect shows (the Baseline's zero-shot off-target at least twice FCLL's, the
     intervals apart, both models at supervised BLEU 15); if not, which of these it misses."""
     if set(now) != set(MODELS):
@@ -118,8 +126,7 @@ def verdict(now: dict[str, dict]) -> str:
                for name, s in (("the Baseline", b), ("FCLL", f)) if s["sup_bleu"] < 15]
     if not missed:
         return f"The effect shows: {facts} ({TARGETS})."
-    return (f"The effect does not show yet: {'; '.join(missed)} ({TARGETS}; here {facts}). More steps train "
-            f"both models on from where they stopped: QUICKSTART_STEPS=N make quickstart, N above this run's.")
+    return f"The effect does not show yet: {'; '.join(missed)} ({TARGETS}; here {facts}). {MORE[condition]}"
 
 
 def examples(report_dir: Path, split: str, corpus: Path | None, now: dict[str, dict], n: int = 3) -> list[str]:
@@ -226,17 +233,29 @@ def chart(now: dict[str, dict], path: Path) -> Path | None:
     return path
 
 
+def demo_command(condition: str, runs: Path | None) -> str:
+    """The ``make demo`` that serves these two models: the Makefile finds them by the condition
+    and the quickstart's runs folder (``runs`` is its ``runs/``), so either one left at its
+    default would serve other models, or none."""
+    words = ["make demo"]
+    if condition != "triangle":
+        words.append(f"QUICKSTART_CONDITION={condition}")
+    if runs is not None and runs.name == "runs" and runs.parent.resolve() != ROOT / "runs" / "quickstart":
+        words.append(f"QUICKSTART_RUNS={shlex.quote(str(runs.parent))}")
+    return " ".join(words)
+
+
 def summary(report_dir: Path, split: str, corpus: Path | None, runs: Path | None, condition: str) -> str:
     report = EvalReport.load(report_dir / f"{split}.json")
     now = scores(report)
     png = chart(now, report_dir / "quickstart.png")
     out = ["", f"== The quickstart: Baseline against FCLL, Multi30k {condition}, {split} ==", ""]
-    out += table(now, runs) + ["", verdict(now), ""]
+    out += table(now, runs) + ["", verdict(now, condition), ""]
     out += examples(report_dir, split, corpus, now) + [""]
     out += longer(condition, split) + [""]
     out += ["Next:",
-            "  make demo" + ("                  the two models side by side in the browser, a zero-shot example "
-                             "filled in"),
+            f"  {demo_command(condition, runs):26s} the two models side by side in the browser, a zero-shot "
+            "example filled in",
             f"  {FULL_STUDY.get(condition, FULL_STUDY['triangle'])}",
             "                             the full study (3 seeds; about 1.5 hours a model here, minutes on a GPU)",
             "  On a GPU the same commands run unchanged (CUDA, bf16, NCCL); `deepspeed --num_gpus N --module "

@@ -3,18 +3,22 @@ an interruption and each stage continues where it stopped (finished models are s
 
     .venv/bin/python scripts/results.py                          # all stages
     .venv/bin/python scripts/results.py --stages triangle,centered
-    .venv/bin/python scripts/results.py --root /big/disk/cll     # where shards and runs go
+    .venv/bin/python scripts/results.py --root /big/disk/cll     # where shards, runs and reports go
+    .venv/bin/python scripts/results.py --out docs/results       # the project's own reports
+
+The reports go to ``<root>/reports`` unless ``--out`` names another folder: a short trial run
+never writes over the committed ``docs/results`` by accident (as ``cll-repro --out``).
 
 Stages (the budgets are the CPU ones we could afford; on a GPU raise them with the flags):
 
 * ``triangle`` / ``centered`` — ``cll-repro``: Baseline and FCLL on Multi30k (paper §4.1), the
-  same number of steps, seed and data order; writes ``docs/results/<condition>.md``.
+  same number of steps, seed and data order; writes ``<out>/<condition>.md``.
 * ``backtranslation`` — ``cll-bt`` on the centered Baseline and FCLL models (paper §4.3); the
   before/after evaluations the runs write are merged into one table of the four models:
-  ``docs/results/backtranslation.md``.
+  ``<out>/backtranslation.md``.
 * ``extension`` — Baseline, SD and FCLL pre-trained on en/de/fr (centered), each extended with cs
   from ``--ext-pairs`` en↔cs pairs by ``cll-extend`` (paper §4.4), tables merged the same way:
-  ``docs/results/extension.md``.
+  ``<out>/extension.md``.
 """
 from __future__ import annotations
 
@@ -26,7 +30,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.evaluation.report import EvalReport, markdown  # noqa: E402
@@ -48,10 +51,10 @@ def sh(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, cwd=ROOT)
 
 
-def repro(args, condition: str) -> None:
-    sh([PY, "-m", "cll_scale.repro", "--condition", condition, "--variants", args.variants,
-        "--steps-per-model", str(args.steps), "--multi30k", args.multi30k, "--shards-root", str(args.root / "shards"),
-        "--runs-root", str(args.root / "runs"), "--out", str(RESULTS), "--ablate-lsl"])
+def repro_command(args, condition: str) -> list[str]:
+    return [PY, "-m", "cll_scale.repro", "--condition", condition, "--variants", args.variants,
+            "--steps-per-model", str(args.steps), "--multi30k", args.multi30k, "--shards-root", str(args.root / "shards"),
+            "--runs-root", str(args.root / "runs"), "--out", str(args.out), "--ablate-lsl"]
 
 
 def evaluation(out: Path, split: str) -> dict:
@@ -126,8 +129,8 @@ def backtranslation(args) -> None:
                 "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
                 "--eval-splits", args.split])
             parts[variant] = evaluation(out, args.split)
-    tables = merged_table(parts, {"before": "", after: " + BT"}, RESULTS / "backtranslation")
-    write(RESULTS / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
+    tables = merged_table(parts, {"before": "", after: " + BT"}, args.out / "backtranslation")
+    write(args.out / "backtranslation.md", "Back-translation fine-tuning (paper §4.3) on Multi30k",
           [f"Starting points: the centered Baseline and FCLL models of `centered.md`. Each fine-tuned "
            f"{args.bt_epochs} back-translation epoch(s) (paper: 4): every epoch translates {args.bt_rows:,} "
            "target sentences per training direction into a random other language of de/fr/cs (greedy), "
@@ -137,9 +140,8 @@ def backtranslation(args) -> None:
 
 def extension(args) -> None:
     shards = args.root / "shards" / "multi30k-en-de-fr"
-    if not (shards / "manifest.json").exists():
-        sh([PY, "-m", "data_tools", "build", "--input", args.multi30k, "--condition", "centered",
-            "--langs", "en,de,fr", "--out", str(shards)])
+    sh([PY, "-m", "data_tools", "build", "--reuse", "--input", args.multi30k, "--condition", "centered",
+        "--langs", "en,de,fr", "--out", str(shards)])
     budget = Budget(steps=args.ext_pretrain_steps)
     parts = {}
     for variant in ("baseline", "sd", "fcll"):
@@ -152,12 +154,12 @@ def extension(args) -> None:
                 "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
                 "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
             parts[variant] = evaluation(out, args.split)
-    tables = merged_table(parts, {"original": "", "+cs": " + cs"}, RESULTS / "extension",
+    tables = merged_table(parts, {"original": "", "+cs": " + cs"}, args.out / "extension",
                           lambda merged: extension_summary(merged, "cs"))
     # every variant grows the same vocabulary (same SentencePiece model, same cs text)
     vocab = read_json_object(args.root / "extend" / next(iter(parts)) / "spm_extension.json")
     checks = "; ".join(f"{v}: {frozen_check(args.root / 'extend' / v)}" for v in parts)
-    write(RESULTS / "extension.md", "New-language extension (paper §4.4) on Multi30k",
+    write(args.out / "extension.md", "New-language extension (paper §4.4) on Multi30k",
           [f"Pre-training: en/de/fr centered, `small` preset, {args.ext_pretrain_steps:,} steps per model. "
            f"Extension: cs from the first {args.ext_pairs:,} en↔cs training pairs (en-cs and cs-en supervised; "
            f"de/fr↔cs zero-shot), {args.ext_steps:,} fine-tuning steps on new + old data, the old languages' "
@@ -177,10 +179,15 @@ def write(path: Path, title: str, parts: list[str]) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> int:
+STAGES = ("triangle", "centered", "backtranslation", "extension")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--stages", default="triangle,centered,backtranslation,extension")
+    p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--root", type=Path, default=ROOT / "runs" / "results")
+    p.add_argument("--out", type=Path,
+                   help="where the reports go (default: <root>/reports; the project's own reports: --out docs/results)")
     p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     p.add_argument("--variants", default="baseline,fcll", help="for the triangle and centered stages")
     p.add_argument("--steps", type=int, default=4200, help="training steps per model (triangle, centered)")
@@ -191,11 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ext-pairs", type=int, default=5000)
     p.add_argument("--ext-steps", type=int, default=1000)
     args = p.parse_args(argv)
-    stages = {"triangle": lambda: repro(args, "triangle"), "centered": lambda: repro(args, "centered"),
+    # cll-repro runs from the project root: both are made absolute from here
+    args.root = args.root.resolve()
+    args.out = (args.out or args.root / "reports").resolve()
+    unknown = [name for name in args.stages.split(",") if name not in STAGES]
+    if unknown:                       # before the first stage runs, not after it
+        p.error(f"unknown stage {unknown[0]!r}; stages: {', '.join(STAGES)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    stages = {"triangle": lambda: sh(repro_command(args, "triangle")),
+              "centered": lambda: sh(repro_command(args, "centered")),
               "backtranslation": lambda: backtranslation(args), "extension": lambda: extension(args)}
     for name in args.stages.split(","):
-        if name not in stages:
-            p.error(f"unknown stage {name!r}; stages: {', '.join(stages)}")
         print(f"== {name}", file=sys.stderr, flush=True)
         stages[name]()
     return 0

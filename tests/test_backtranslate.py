@@ -131,3 +131,23 @@ def test_back_translation_on_two_ranks(small_model, tmp_path):
     assert "| after 2 BT epochs |" in (out / "eval" / "valid" / "results.md").read_text()
     assert "terminate called" not in res.stderr
 
+
+
+def test_a_rerun_asking_fewer_epochs_than_done_is_refused(triangle_export, tmp_path):
+    """Issue 66: `cll-bt --epochs 1` after 2 epochs evaluated the model of 2 epochs as "after 1 BT
+    epochs" (bt.json: 2). Refused before anything is written; as many or more epochs go on."""
+    from cll_scale.loops.backtranslate import BTConfig, check_epochs
+    export, shards = triangle_export
+    out = tmp_path / "bt"
+    out.mkdir()
+    (out / "bt.json").write_text(json.dumps({"epochs_done": 2}))     # as the second epoch leaves it
+
+    def cfg(epochs):
+        return BTConfig(model=str(export), data=str(shards), out=str(out), epochs=epochs, batch_tokens=1024)
+    with pytest.raises(ValueError) as err:
+        check_epochs(cfg(1), restart=False)
+    assert str(err.value) == (f"--epochs 1: {out} has done 2 back-translation epochs, and its model is the one "
+                              f"after them; ask --epochs 2 (or more, to go on), or --restart")
+    assert sorted(p.name for p in out.iterdir()) == ["bt.json"]
+    for epochs, restart in ((2, False), (3, False), (1, True)):
+        assert check_epochs(cfg(epochs), restart).languages == ["de", "fr", "cs"]

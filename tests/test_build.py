@@ -415,3 +415,26 @@ def test_verify_of_an_export_is_refused_with_a_listed_exit_code(tiny_export, cap
     code, _, err = run_cli(main, ["verify", str(tiny_export)], capsys)
     assert code == 2 and f"cll-shards: error: {tiny_export} holds an export (export.json), not a shard directory" in err
     assert "FAIL" not in err
+
+
+def test_build_reuse_keeps_this_build_and_refuses_another(small_multiway, tmp_path, capsys):
+    """Issue 66: make quickstart and cll-repro reused any directory holding a manifest.json. With
+    --reuse (what both use) a build of this corpus and condition is kept, saying which settings it
+    was built with otherwise; one of other languages, order, directions or corpus is refused."""
+    out = tmp_path / "shards"
+    args = ["build", "--reuse", "--input", str(small_multiway), "--condition", "triangle", "--out", str(out)]
+    code, _, err = run_cli(main, [*args, "--langs", "de,fr,cs", "--vocab-size", "800"], capsys)
+    assert code == 0 and (out / "manifest.json").is_file(), err
+    built = (out / "manifest.json").stat().st_mtime_ns
+    code, _, err = run_cli(main, [*args, "--langs", "de,fr,cs", "--vocab-size", "800"], capsys)
+    assert code == 0 and err == f"kept {out}: the shards of this corpus and condition\n"
+    code, _, err = run_cli(main, [*args, "--langs", "de,fr,cs"], capsys)            # cll-shards' default 8000
+    assert code == 0 and "built with --vocab-size 800 (--overwrite rebuilds them" in err, err
+    code, _, err = run_cli(main, [*args, "--langs", "fr,de,cs"], capsys)            # another triangle
+    assert code == 2 and f"{out} holds shards of another build (languages de,fr,cs (central none), not fr,de,cs" in err
+    assert len(err.strip().splitlines()) == 1, err
+    other = tmp_path / "other"
+    shutil.copytree(small_multiway, other)
+    code, _, err = run_cli(main, [*args[:3], str(other), *args[4:], "--langs", "de,fr,cs"], capsys)
+    assert code == 2 and f"(the corpus {small_multiway}, not {other})" in err, err
+    assert (out / "manifest.json").stat().st_mtime_ns == built                       # never rebuilt

@@ -130,3 +130,25 @@ def test_cll_extend_end_to_end(pretrained, tmp_path):
     assert res.returncode == 2 and "already has 'de'" in res.stderr
     res = cll_extend(corpus, shards, export, tmp_path / "y", "--pairs", "de-fr")
     assert res.returncode == 2 and "de-fr" in res.stderr
+
+
+def test_a_rerun_asking_fewer_steps_than_trained_is_refused(pretrained, tmp_path):
+    """Found beside issue 66's cll-bt row: `cll-extend --max-steps 4` after 8 steps kept the 8-step
+    model and recorded 4 in settings.json. Refused before anything is written; as many or more go on."""
+    from cll_scale.loops.extend import ExtendConfig, check_steps
+    corpus, shards, export = pretrained
+    out = tmp_path / "ext"
+    (out / "run").mkdir(parents=True)
+    (out / "run" / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in (
+        {"step": 8, "loss": 3.0}, {"step": 8, "valid_loss": 3.1})))         # the last line: a validation
+
+    def cfg(steps):
+        return ExtendConfig(model=str(export), data=str(shards), lang="cs", corpus=str(corpus), pairs=["en-cs"],
+                            out=str(out), max_steps=steps, batch_tokens=1024)
+    with pytest.raises(ValueError) as err:
+        check_steps(cfg(4), restart=False)
+    assert str(err.value) == (f"--max-steps 4: {out} has done 8 fine-tuning steps, and its model is the one after "
+                              f"them; ask --max-steps 8 (or more, to go on), or --restart")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["run", "run/metrics.jsonl"]
+    for steps, restart in ((8, False), (12, False), (4, True)):
+        assert check_steps(cfg(steps), restart).languages == ["en", "de", "fr"]

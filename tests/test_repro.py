@@ -815,3 +815,119 @@ def test_a_misspelled_set_key_is_found_before_the_shards_are_built(multi30k, tmp
     err = capsys.readouterr().err
     assert code == 2 and "unknown setting optim.lrr; did you mean optim.lr?" in err and "--set optim.lrr=1e-3" in err
     assert not (tmp_path / "shards").exists() and not (tmp_path / "runs").exists()
+# -- issue 66 (class A): what a study reuses is checked against what it asks --------------------------
+
+def test_a_shard_directory_stands_only_for_its_own_corpus_and_condition(multi30k, tmp_path, capsys):
+    """Issue 66: `--condition square` reused a `multi30k-square` built as the one-way 4-cycle (the
+    name's meaning before 2026-12-05) and reported its 4 supervised and 8 zero-shot directions as
+    the square; `--multi30k /nonexistent` reused the shards and named a corpus never read."""
+    from cll_scale.data.corpora import read_multiway
+    from cll_scale.data.shards import BuildConfig, build_shards
+    from cll_scale.repro.cli import main
+    from tests.conftest import head_corpus, run_cli
+    corpus = head_corpus(multi30k, tmp_path / "corpus", lambda name: name.startswith("train."))
+    build_shards(read_multiway(corpus, "cycle", ["de", "fr", "cs", "en"]),
+                 BuildConfig(out_dir=str(tmp_path / "shards" / "multi30k-square"), vocab_size=800))
+    common = ["--steps-per-model", "3", "--shards-root", str(tmp_path / "shards"), "--runs-root",
+              str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
+              "--splits", "test_2016_flickr", "--lid-workers", "0"]
+    code, _, err = run_cli(main, ["--condition", "square", "--settings", "diagnostics", "--multi30k", str(corpus),
+                                  *common], capsys)
+    assert code == 2 and f"{tmp_path / 'shards' / 'multi30k-square'} holds shards of another build (supervised " \
+        "de-fr,fr-cs,cs-en,en-de, not " in err and "it cannot stand for condition square" in err, err
+    assert len(err.strip().splitlines()) == 1
+    # the triangle's shards of this corpus, asked of a corpus that is not there or of another one
+    build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]),
+                 BuildConfig(out_dir=str(tmp_path / "shards" / "multi30k-triangle"), vocab_size=800))
+    code, _, err = run_cli(main, ["--condition", "triangle", "--multi30k", str(tmp_path / "nonexistent"), *common],
+                           capsys)
+    assert code == 2 and f"cll-repro: error: {tmp_path / 'nonexistent'}: not a directory" in err, err
+    other = head_corpus(multi30k, tmp_path / "other", lambda name: name.startswith("train."), lines=200)
+    code, _, err = run_cli(main, ["--condition", "triangle", "--multi30k", str(other), *common], capsys)
+    assert code == 2 and f"(the corpus {corpus}, not {other})" in err, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()     # nothing trained
+
+
+def _finished_run(run: Path, steps: int, max_steps: int) -> Path:
+    """A run directory as cll-repro leaves a finished one: metrics, a current export, config.json
+    with the budget its last sitting trained under."""
+    (run / "export").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": steps, "loss": 1.0, "epoch": 0.1, "elapsed_s": 5.0}) + "\n")
+    (run / "export" / "export.json").write_text(json.dumps({"step": steps}))
+    (run / "config.json").write_text(json.dumps({"train": {"max_steps": max_steps, "max_minutes": 0.0},
+                                                 "data": {"mixing": "mixed"}, "model": {"lsl_dropout": "authors"}}))
+    return run
+
+
+def test_a_finished_model_is_not_reported_under_a_smaller_budget(tmp_path):
+    """Issue 66: `QUICKSTART_STEPS=2 make quickstart` after a 4-step run skipped the finished models,
+    then reported "Budget: 2 steps" above a 4-step table and wrote `"budget": {"steps": 2}` into
+    their records. Refused before anything runs; the budget they had, or a larger one, is taken."""
+    from cll_scale.repro.evaluations import EvalSettings
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.study import Reproduction, Study
+    recipes, runs = tmp_path / "recipes", tmp_path / "runs"
+    recipes.mkdir()
+    for variant in ("baseline", "fcll"):
+        (recipes / f"multi30k_triangle_{variant}.yaml").write_text("preset: tiny\n")
+        _finished_run(runs / f"multi30k-triangle-{variant}", 4, 4)
+
+    def study(steps):
+        return Reproduction(Study("triangle", ["baseline", "fcll"], tmp_path, tmp_path, runs, recipes,
+                                  tmp_path / "results", EvalSettings(("test_2016_flickr",)), Budget(steps=steps)))
+    with pytest.raises(ValueError) as err:
+        study(2).check()
+    assert str(err.value).startswith("the study asks 2 steps a model, but baseline was trained for 4 steps; fcll "
+                                     "was trained for 4 steps: a finished model is not cut back"), err.value
+    assert not (tmp_path / "results").exists()
+    study(4).check()                               # its own budget: skipped as finished
+    study(8).check()                               # a larger one: trained on
+
+
+def test_a_record_is_recognised_under_the_old_name_of_a_setting(tmp_path, capsys):
+    """Issue 66: a record made with `--set data.max_tokens=1024`, asked with `--set
+    data.batch_tokens=1024` (the same setting since issue 53), was "of another recipe … training it anew"."""
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.records import training_identity, use_records, write_record
+    recipe = tmp_path / "multi30k_triangle_fcll.yaml"
+    recipe.write_text("preset: tiny\n")
+    budget = Budget(steps=10)
+    run = _finished_run(tmp_path / "runs" / "multi30k-triangle-fcll", 10, 10)
+    records = tmp_path / "results" / "records"
+    write_record(run, records / run.name, training_identity(recipe, ["data.max_tokens=1024"], budget))
+    gone = {"fcll": tmp_path / "elsewhere" / run.name}
+    for asked in (["data.batch_tokens=1024"], ["data.max_tokens=1024"]):
+        identity = training_identity(recipe, asked, budget)
+        assert use_records(gone, {"fcll": identity}, records, budget) == {"fcll": records / run.name}, asked
+    assert "training it anew" not in capsys.readouterr().err
+    other = training_identity(recipe, ["data.batch_tokens=2048"], budget)
+    assert use_records(gone, {"fcll": other}, records, budget) == gone
+
+
+def test_results_script_writes_its_reports_under_root_unless_out_names_docs_results(tmp_path):
+    """Issue 66 (the data loss): `scripts/results.py --stages triangle --steps 1 ... --root R` rewrote
+    the committed docs/results/triangle.md, its JSON and plots. Its reports go to <root>/reports
+    unless --out asks for another folder. Here the back-translation stage, whose runs are there
+    already (their own evaluations, from the committed table), merges them and writes its report."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import results
+    committed = json.loads((ROOT / "docs" / "results" / "backtranslation" / "results.json").read_text())
+    root = tmp_path / "R"
+    for variant in ("baseline", "fcll"):
+        export = root / "runs" / f"multi30k-centered-{variant}" / "export"
+        export.mkdir(parents=True)
+        (export / "export.json").write_text("{}")
+        own = {**committed, "models": {"before": committed["models"][variant],
+                                       "after 2 BT epochs": committed["models"][f"{variant} + BT"]}}
+        (root / "bt" / variant / "eval" / "test_2016_flickr").mkdir(parents=True)
+        (root / "bt" / variant / "eval" / "test_2016_flickr" / "results.json").write_text(json.dumps(own))
+    docs = {p: p.read_bytes() for p in (ROOT / "docs" / "results").rglob("*") if p.is_file()}
+    assert results.main(["--stages", "backtranslation", "--root", str(root)]) == 0
+    assert {p: p.read_bytes() for p in (ROOT / "docs" / "results").rglob("*") if p.is_file()} == docs
+    report = (root / "reports" / "backtranslation.md").read_text()
+    assert "| fcll + BT |" in report and (root / "reports" / "backtranslation" / "results.json").is_file()
+    # the project's own reports are asked for by name; cll-repro's stages get the same folder
+    args = results.parse_args(["--root", str(root), "--out", str(tmp_path / "docs")])
+    command = results.repro_command(args, "triangle")
+    assert command[command.index("--out") + 1] == str(tmp_path / "docs")
+    assert results.parse_args(["--root", str(root)]).out == root / "reports"

@@ -42,6 +42,13 @@ MANIFEST_RENAMED = {"max_tokens": "max_length"}            # shard manifests of 
 FINE_TUNING_RENAMED = {"max_tokens": "batch_tokens"}       # cll-bt's and cll-extend's settings.json
 
 
+def upgrade_override(item: str) -> str:
+    """A ``--set section.key=value`` under today's name of its setting: what two overrides are
+    compared as (a record made with ``data.max_tokens=1024`` asked ``data.batch_tokens=1024``)."""
+    key, eq, value = item.partition("=")
+    return f"{MOVED[key]}{eq}{value}" if key in MOVED else item
+
+
 def as_first_named(recipe: dict) -> dict:
     """A recipe (as :func:`upgrade` reads it) under the names of :data:`RENAMED` before the
     change: what cll-repro hashes to recognise a record, so that records kept from before the

@@ -213,6 +213,58 @@ def shard_dir_strangers(path: Path) -> list[str] | None:
     return sorted(rel for rel in (str(p.relative_to(path)) for p in path.rglob("*")) if rel not in ours)
 
 
+# The build settings a manifest records, as (its key, BuildConfig's field, the flag that sets it).
+RECORDED_SETTINGS = (("vocab_size", "vocab_size", "--vocab-size"), ("model_type", "model_type", "--spm-type"),
+                     ("temperature", "spm_temperature", "--spm-temperature"),
+                     ("sentences", "spm_sentences", "--spm-sentences"), ("seed", "seed", "--seed"))
+
+
+def corpus_location(path: str) -> str:
+    """A corpus as a manifest names it: a local folder by its absolute path (what a later reuse
+    compares), anything else (a hub dataset's name) as given."""
+    return os.path.realpath(path) if os.path.exists(path) else path
+
+
+def kept_build(corpus: Corpus, cfg: BuildConfig) -> list[str] | None:
+    """Whether ``cfg.out_dir`` already holds the build of ``corpus`` that ``cfg`` asks for: the one
+    check of every command that reuses a shard directory by its name (``cll-shards build --reuse``,
+    make quickstart, cll-repro, scripts/results.py). None: no build there. A build of another
+    corpus, or of other languages, language order or directions (``square`` named the one-way
+    4-cycle before 2026-12-05) is refused: it would train and report another condition under this
+    one's name. Otherwise the build is kept, and the returned list names the settings it was built
+    with that ``cfg`` would not use (for the caller to say so; empty: the same build)."""
+    out = Path(cfg.out_dir)
+    if not (out / MANIFEST).exists():
+        return None
+    have = Manifest.load(out)
+    differ = []
+    if have.languages != corpus.languages or have.central_language != corpus.central:
+        differ.append(f"languages {','.join(have.languages)} (central {have.central_language or 'none'}), "
+                      f"not {','.join(corpus.languages)} (central {corpus.central or 'none'})")
+    for kind, built, wanted in (("supervised", have.supervised, corpus.supervised),
+                                ("zero-shot", have.zero_shot, corpus.zero_shot)):
+        if sorted(map(str, built)) != sorted(map(str, wanted)):
+            differ.append(f"{kind} {','.join(map(str, built)) or 'none'}, not {','.join(map(str, wanted)) or 'none'}")
+    source = have.source.get("path")
+    if source is None or corpus_location(source) != corpus_location(corpus.path):
+        differ.append(f"the corpus {source}, not {corpus.path}")
+    if differ:
+        raise ManifestError(f"{out} holds shards of another build ({'; '.join(differ)}): it cannot stand for "
+                            f"condition {corpus.condition} of {corpus.path}; move it away, or build into another "
+                            f"directory")
+    spm = have.source.get("spm")
+    if cfg.spm_model:
+        settings = [] if spm == f"given: {cfg.spm_model}" else [f"the SentencePiece model {spm}"]
+    else:
+        spm = spm if isinstance(spm, dict) else {}
+        settings = [f"{flag} {spm[key]}" for key, name, flag in RECORDED_SETTINGS
+                    if key in spm and spm[key] != getattr(cfg, name)]
+    settings += [f"{flag} {getattr(have, name)}" for name, flag in (("max_length", "--max-length"),
+                                                                     ("block_rows", "--block-rows"))
+                 if getattr(have, name) != getattr(cfg, name)]
+    return settings
+
+
 def build_shards(corpus: Corpus, cfg: BuildConfig, clock: StageClock | None = None) -> Manifest:
     """Build ``corpus`` into ``cfg.out_dir`` (see :func:`shard_output` for what is refused).
 
@@ -272,7 +324,7 @@ def build_into(corpus: Corpus, cfg: BuildConfig, tmp: Path, clock: StageClock) -
         supervised=[str(d) for d in corpus.supervised], zero_shot=[str(d) for d in corpus.zero_shot],
         tokenizer=tokenizer, splits=dict(sorted(splits.items())), block_rows=cfg.block_rows,
         max_length=cfg.max_length,
-        source={"format": corpus.fmt, "path": corpus.path, "condition": corpus.condition,
+        source={"format": corpus.fmt, "path": corpus_location(corpus.path), "condition": corpus.condition,
                 "spm": "given: " + str(cfg.spm_model) if cfg.spm_model else
                 {"vocab_size": cfg.vocab_size, "model_type": cfg.model_type,
                  "temperature": cfg.spm_temperature, "sentences": cfg.spm_sentences, "seed": cfg.seed}},

@@ -200,10 +200,25 @@ def train_epoch(cfg: BTConfig, epoch_data: Path) -> None:
                                           {"best_metric": ""}, init_from=cfg.model, new_data=True, max_epochs=1.0))
 
 
+def bt_state(out: Path) -> dict:
+    """``bt.json``: the epochs a run has finished (none before its first)."""
+    path = out / "bt.json"
+    return read_json_object(path) if path.exists() else {"epochs_done": 0}
+
+
+def check_epochs(cfg: BTConfig, restart: bool) -> Manifest:
+    """:meth:`BTConfig.check`, and, for a rerun, that it asks no fewer epochs than the run has
+    done: its model is the one after all of them, and its report would name the fewer."""
+    manifest = cfg.check()
+    finetune.check_not_cut_back("--epochs", cfg.epochs, bt_state(Path(cfg.out))["epochs_done"], cfg.out,
+                                "back-translation epochs", restart)
+    return manifest
+
+
 def run(cfg: BTConfig, restart: bool = False) -> dict[str, str]:
     # More epochs or another evaluation may be asked of a run.
     return finetune.run_command("cll-bt", cfg, restart, {"epochs", "eval_splits", "eval_max_sentences", "eval_beam"},
-                                BTConfig.check,
+                                lambda c: check_epochs(c, restart),
                                 lambda rank, world, device, manifest: epochs(cfg, manifest, rank, world, device))
 
 
@@ -211,7 +226,7 @@ def epochs(cfg: BTConfig, manifest: Manifest, rank: int, world: int, device) -> 
     """The epochs not done yet: generate with the latest model, build that epoch's data, train."""
     out = Path(cfg.out)
     state_path = out / "bt.json"
-    state = read_json_object(state_path) if state_path.exists() else {"epochs_done": 0}
+    state = bt_state(out)
     for epoch in range(state["epochs_done"] + 1, cfg.epochs + 1):
         current = cfg.model if epoch == 1 else out / "run" / "export"
         translator = Translator.load(current, device, TranslateConfig(DecodeConfig(beam=cfg.beam)))

@@ -46,6 +46,7 @@ from cll_scale.model.config import ModelConfig
 from cll_scale.model.export import export_lang_tag, load_export, write_export
 from cll_scale.model.model import CLLTransformer
 from cll_scale.training import collectives
+from cll_scale.training.metrics import read_rows
 from cll_scale.training.rundir import chosen_export
 
 @dataclass
@@ -253,9 +254,19 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
     return chosen_export(run)
 
 
+def check_steps(cfg: ExtendConfig, restart: bool) -> Manifest:
+    """:func:`check_inputs`, and, for a rerun, that it asks no fewer steps than its run has trained."""
+    old = check_inputs(cfg)
+    trained = [row["step"] for row in read_rows(Path(cfg.out) / "run" / "metrics.jsonl") if "loss" in row]
+    finetune.check_not_cut_back("--max-steps", cfg.max_steps, trained[-1] if trained else 0, cfg.out,
+                                "fine-tuning steps", restart)
+    return old
+
+
 def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
     return finetune.run_command("cll-extend", cfg, restart, {"max_steps", "eval_splits", "eval_max_sentences", "eval_beam"},
-                                check_inputs, lambda rank, world, device, manifest: extend(cfg, manifest, rank))
+                                lambda c: check_steps(c, restart),
+                                lambda rank, world, device, manifest: extend(cfg, manifest, rank))
 
 
 def extend(cfg: ExtendConfig, old: Manifest, rank: int) -> Comparison:

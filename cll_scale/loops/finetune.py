@@ -108,6 +108,15 @@ def resolved_settings(settings: dict) -> tuple[dict, dict]:
     return settings, {k: path_identity(settings[k]) for k in PATH_SETTINGS if k != "out" and settings.get(k)}
 
 
+def check_not_cut_back(flag: str, asked: int, done: int, out: str | Path, what: str, restart: bool) -> None:
+    """A rerun of cll-bt or cll-extend may ask for more training (``may_change``), never for less
+    than its run has done: the model it evaluates is the one after all of it, and its settings.json
+    and report would then name the smaller amount (``--restart`` starts over)."""
+    if done > asked and not restart:
+        raise ValueError(f"{flag} {asked}: {out} has done {done:,} {what}, and its model is the one after them; "
+                         f"ask {flag} {done} (or more, to go on), or --restart")
+
+
 def open_output(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
                 rank: int) -> DirLock | None:
     """Rank 0 locks ``out`` and checks the recorded settings; every rank learns the verdict."""

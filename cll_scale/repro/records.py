@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from cll_scale.core.compat import RULES, as_first_named, upgrade
+from cll_scale.core.compat import RULES, as_first_named, upgrade, upgrade_override
 from cll_scale.core.hardware import hardware
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
@@ -150,15 +150,15 @@ def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> l
 
 
 def _as_trained(identity: dict, trained: dict[str, object]) -> dict:
-    """``identity`` without the overrides that restate a training rule the record was trained
-    with (``trained``: its :func:`recorded_rules`; ``--set data.mixing=direction`` on a record of
-    before issue 34, whose recipe names no rule): they ask nothing the record does not have, so a
-    study continued under its own rules keeps its records."""
+    """``identity``, its overrides under today's names, without those that restate a training rule
+    the record was trained with (``trained``: its :func:`recorded_rules`; ``--set data.mixing=direction``
+    on a record of before issue 34, whose recipe names no rule): they ask nothing the record does
+    not have, so a study continued under its own rules keeps its records."""
     def restates(item: str) -> bool:
         key = item.partition("=")[0]
         return key in trained and named_rules(apply_overrides({}, [item])).get(key) == trained[key]
 
-    return {**identity, "overrides": [item for item in identity.get("overrides") or [] if not restates(item)]}
+    return {**identity, "overrides": [o for o in map(upgrade_override, identity.get("overrides") or []) if not restates(o)]}
 
 
 def recipe_rules(recipe: Path, overrides: list[str]) -> tuple[dict[str, object], dict[str, object]]:

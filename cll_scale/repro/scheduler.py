@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from cll_scale.data.corpora import read_multiway
+from cll_scale.data.shards import BuildConfig, kept_build
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, last_train_row, run_state
 from cll_scale.training.metrics import read_rows
@@ -78,12 +80,22 @@ def sh(cmd: list[str], what: str) -> None:
 
 
 def build_shards(condition: str, multi30k: str, shards: Path) -> None:
-    if (shards / "manifest.json").exists():
+    """The condition's shards of ``multi30k``: built, or kept where ``shards`` holds this very build
+    (:func:`~cll_scale.data.shards.kept_build` refuses one of another corpus or condition, and names
+    the settings of one built otherwise); the corpus is read first, so a wrong --multi30k is an
+    error before anything trains."""
+    langs = CONDITION_LANGS.get(condition)
+    settings = kept_build(read_multiway(multi30k, condition, langs.split(",") if langs else None),
+                          BuildConfig(out_dir=str(shards)))
+    if settings is not None:
+        if settings:
+            print(f"[cll-repro] using the shards {shards}, built with {', '.join(settings)} (cll-repro builds "
+                  f"with cll-shards' defaults)", file=sys.stderr)
         return
     cmd = [sys.executable, "-m", "data_tools", "build", "--input", multi30k, "--condition", condition,
            "--out", str(shards)]
-    if condition in CONDITION_LANGS:
-        cmd += ["--langs", CONDITION_LANGS[condition]]
+    if langs:
+        cmd += ["--langs", langs]
     sh(cmd, f"building the {condition} shards")
 
 

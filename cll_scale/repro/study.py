@@ -15,6 +15,7 @@ from cll_scale.evaluation.translator import Translator, check_beam
 from cll_scale.repro.evaluations import EvalSettings, Evaluations, cached_evaluation
 from cll_scale.repro.plan import planned_precision
 from cll_scale.repro.plan import Budget, plan_runs, settings_suffix
+from cll_scale.repro.budgets import check_trained_budget
 from cll_scale.repro.records import (check_one_precision, check_one_rule, check_trained_settings, finished, is_record,
                                      recipe_rules, training_identity, use_records, write_record)
 from cll_scale.repro.report import write_report
@@ -79,6 +80,7 @@ class Reproduction:
         for recipe in sorted(set(plan.recipe_of.values())):     # a misspelled --set, before the shards are built
             check_recipe(apply_overrides(load_recipe(recipe), s.overrides + s.engine_overrides),
                          f"{recipe.name} with --set {' --set '.join(s.overrides)}" if s.overrides else str(recipe))
+        check_trained_budget(self.runs, s.budget)
         check_trained_settings(self.runs, plan.recipe_of, plan.overrides, s.overrides)
         if s.evaluation.omit_lang_tag:          # as cll-eval: refused where no model has a tag to omit
             Translator.check_tags_to_omit({name: self.tagged(name) for name in self.runs})
