@@ -16,16 +16,16 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from cll_scale.core.compat import LEGACY_MODEL
+from cll_scale.core.compat import LEGACY, LEGACY_MODEL, upgrade
 from cll_scale.core.hardware import cpu_bf16_speedup
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.core.settings import default_of
 from cll_scale.data.manifest import Manifest
-from cll_scale.data.stream import ShardStream, StreamConfig
+from cll_scale.data.stream import ShardStream
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode
 from cll_scale.model.export import export_model_config, load_export
 from cll_scale.model.model import CLLTransformer, projected_loss, projected_loss_graph
-from cll_scale.run.recipe import RunConfig, build_configs
+from cll_scale.run.recipe import SECTIONS, RunConfig, build_configs, section_classes
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
 from cll_scale.training.checkpointer import Checkpointer
@@ -310,37 +310,70 @@ def _finish(run: Run, say) -> None:
         say("the shards have no validation split: no validation, and no export-best/")
 
 
-# What the model learns from, besides its own settings: which rows (the split, its directions and
-# share) and how its input is built (the tag). A resume with others would train another model under
-# the run's name; export.json would then describe the input wrongly (lang_tag). With
-# train.new_data (cll-bt's epochs) the rows change on purpose; the input format never does.
-DATA_IDENTITY = ("split", "directions", "rows_fraction", "add_lang_tag")
-INPUT_FORMAT = ("add_lang_tag",)
+# A resume continues one run: every setting that changes what it trains, or how, must be the
+# run's own. These are the ones that may change between two parts of a run, because they decide
+# only where it stops, what it logs, validates or keeps, where it reads and writes, and the
+# engine it runs on (another world size or precision resumes through DeepSpeed's checkpoints).
+# Anything else (a learning rate, the microbatch, the temperature, label smoothing, …) would
+# make the resume no longer exact, or be written into config.json as if the run had used it.
+MAY_CHANGE_ON_RESUME = {
+    "train": ("shards", "run_dir", "ds_config", "compile", "new_data", "max_steps", "max_epochs", "max_minutes",
+              "max_skips_in_a_row"),
+    "data": ("verify",),
+    "checkpoint": ("every", "keep_last", "export"),
+    "valid": ("every",),
+    "log": ("every", "peak_tflops"),
+}
+# With train.new_data (cll-bt's epochs) the rows change on purpose: which split, directions and
+# share; the input format (the tag) and everything else never do.
+MAY_CHANGE_WITH_NEW_DATA = {"data": ("split", "directions", "rows_fraction")}
 
 
 def check_recorded_settings(run_dir: Path, cfg: RunConfig) -> None:
-    """A resume must rebuild the model the run trained, from the same data: other settings
-    (another preset, other shards' vocabulary or languages, another data selection or input
-    format) are refused before anything is loaded."""
+    """A resume must rebuild the model the run trained and train it as the run did: any setting
+    outside :data:`MAY_CHANGE_ON_RESUME` that differs from the run's config.json (another
+    preset, other shards' vocabulary or languages, another schedule, microbatch, data selection
+    or input format) is refused before anything is loaded, so config.json never records it."""
     path = run_dir / "config.json"
     if not path.is_file():
         return
-    config = json.loads(path.read_text())
+    config = upgrade(json.loads(path.read_text()))          # runs of before the sections read the same
     recorded = {**LEGACY_MODEL, **config.get("model", {})}
     now = cfg.model.to_json()
     diff = [f"model.{k}={recorded[k]!r} (now {now[k]!r})" for k in sorted(now)
             if k in recorded and recorded[k] != now[k] and k != "languages"]
     if recorded.get("languages", now["languages"]) != now["languages"]:
         diff.append(f"languages {recorded['languages']} (now {now['languages']})")
-    data_now = dataclasses.asdict(cfg.data)
-    for key in INPUT_FORMAT if cfg.train.new_data else DATA_IDENTITY:
-        # a config.json of before a setting existed was trained with the setting's default
-        was = config.get("data", {}).get(key, default_of(StreamConfig, key))
-        if was != data_now[key]:
-            diff.append(f"data.{key}={was!r} (now {data_now[key]!r})")
+    free = {s: set(keys) for s, keys in MAY_CHANGE_ON_RESUME.items()}
+    if cfg.train.new_data:
+        for section, keys in MAY_CHANGE_WITH_NEW_DATA.items():
+            free.setdefault(section, set()).update(keys)
+    classes = section_classes()
+    for section in SECTIONS:
+        if section == "model":
+            continue
+        was_section, now_section = config.get(section) or {}, _as_json(dataclasses.asdict(getattr(cfg, section)))
+        for key, value in now_section.items():
+            if key in free.get(section, ()):
+                continue
+            # a config.json of before a setting existed was trained with the rule of then
+            # (compat.LEGACY), else with the setting's default
+            was = _as_json(was_section[key] if key in was_section
+                           else LEGACY.get(section, {}).get(key, default_of(classes[section], key)))
+            if was != value:
+                diff.append(f"{section}.{key}={was!r} (now {value!r})")
     if diff:
+        may = ", ".join(f"{s}.{k}" for s, keys in MAY_CHANGE_ON_RESUME.items() for k in keys
+                        if (s, k) not in (("train", "run_dir"), ("train", "new_data")))
         raise ValueError(f"--resume: {run_dir} was trained with " + ", ".join(diff)
-                         + "; resume with the run's own settings, or train into another --run-dir")
+                         + f"; resume with the run's own settings, or train into another --run-dir "
+                         f"(a resume may change only {may})")
+
+
+def _as_json(value):
+    """A setting as config.json holds it (tuples as lists, directions as strings), so that a
+    recorded value and today's compare equal when they are the same."""
+    return json.loads(json_text(value))
 
 
 def init_and_freeze(model: CLLTransformer, init_from: str, freeze: list[str], tag: str | None,
