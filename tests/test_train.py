@@ -216,7 +216,7 @@ def test_a_resume_that_would_train_otherwise_is_refused_and_config_json_keeps_th
     before = {name: (run / name).read_bytes() for name in ("config.json", "metrics.jsonl")}
     code, _, err = run_cli(main, [*common(m30k_centered, run, 42, *change), "--resume"], capsys)
     assert code == 2 and refused in err and "resume with the run's own settings" in err, err
-    assert "a resume may change only train.shards" in err and "max_steps" in err
+    assert "a resume may change only train.shards, train.init_from" in err and "max_steps" in err
     assert {name: (run / name).read_bytes() for name in before} == before
 
 

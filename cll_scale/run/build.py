@@ -314,10 +314,12 @@ def _finish(run: Run, say) -> None:
 # run's own. These are the ones that may change between two parts of a run, because they decide
 # only where it stops, what it logs, validates or keeps, where it reads and writes, and the
 # engine it runs on (another world size or precision resumes through DeepSpeed's checkpoints).
+# The shards and train.init_from are paths: a moved input resumes (the stream checks the shards'
+# fingerprint, _resolve the export's languages and vocabulary; the weights come from the checkpoint).
 # Anything else (a learning rate, the microbatch, the temperature, label smoothing, …) would
 # make the resume no longer exact, or be written into config.json as if the run had used it.
 MAY_CHANGE_ON_RESUME = {
-    "train": ("shards", "run_dir", "ds_config", "compile", "new_data", "max_steps", "max_epochs", "max_minutes",
+    "train": ("shards", "init_from", "run_dir", "ds_config", "compile", "new_data", "max_steps", "max_epochs", "max_minutes",
               "max_skips_in_a_row"),
     "data": ("verify",),
     "checkpoint": ("every", "keep_last", "export"),
