@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from cll_scale.core.compat import LEGACY, LEGACY_MODEL, upgrade
-from cll_scale.core.hardware import cpu_bf16_speedup
+from cll_scale.core.hardware import available_memory, cpu_bf16_speedup, size_text
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.core.settings import default_of
 from cll_scale.data.manifest import Manifest
@@ -191,6 +191,7 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
         raise ValueError("no shard directory: set train.shards in the recipe or pass --data")
     manifest = Manifest.load(data_dir)
     cfg = _resolve(recipe, manifest, data_dir)
+    check_memory(cfg)
     run_dir = Path(cfg.train.run_dir)
     if resume and not run_dir.is_dir():
         raise FileNotFoundError(f"--resume: {run_dir} does not exist, so there is nothing to resume; "
@@ -203,7 +204,7 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
         return _build(cfg, manifest, run_dir, lock, rank, world, resume)
     except BaseException:
         if lock is not None:
-            lock.release()
+            lock.abandon()      # a start that failed leaves no lock file, nor a directory it made
         raise
 
 
@@ -224,6 +225,38 @@ def _resolve(recipe: dict, manifest: Manifest, data_dir: str) -> RunConfig:
     if not (cfg.train.max_steps or cfg.train.max_minutes or cfg.train.max_epochs):
         raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
     return cfg
+
+
+# Bytes a row of a mixed pool holds on the host, ids and bookkeeping (the measured ~310 B that
+# data.pool_rows is sized by).
+POOL_ROW_BYTES = 310
+
+
+def check_memory(cfg: RunConfig) -> None:
+    """Refuse, before anything is allocated, a run whose model or mixed pool cannot fit: the
+    training state of the model (:meth:`ModelConfig.training_bytes`) on the device that trains
+    it, and on the host the model as built there plus ``data.mix_rows`` rows. A size typed with
+    a few zeros too many would otherwise fail in the allocator with a traceback, or swap the
+    machine for minutes before the first step."""
+    model = cfg.model
+    sizes = ", ".join(f"model.{k}={getattr(model, k):,}" for k in ("d_model", "ffn_dim", "max_positions"))
+    pool = cfg.data.mix_rows * POOL_ROW_BYTES if cfg.data.mixing == "mixed" else 0
+    cuda = torch.cuda.is_available()
+    host_need = pool + (4 * model.parameter_count() + 4 * model.max_positions * model.d_model if cuda
+                        else model.training_bytes())
+    device_need = model.training_bytes() if cuda else 0
+    host, device = available_memory("cpu"), available_memory(f"cuda:{local_part()[0]}") if cuda else 0
+    if device_need > device and cuda:
+        raise ValueError(f"the model ({sizes}: {model.parameter_count():,} parameters) needs "
+                         f"{size_text(device_need)} to train (weights, gradients, AdamW's moments), more than "
+                         f"the {size_text(device)} free on the GPU; make it smaller")
+    if host_need > host:
+        what = [f"the model ({sizes}: {model.parameter_count():,} parameters) "
+                f"{size_text(host_need - pool)}" + ("" if cuda else " to train")]
+        if pool:
+            what.append(f"the mixed pool (data.mix_rows={cfg.data.mix_rows:,} x ~{POOL_ROW_BYTES} B) {size_text(pool)}")
+        raise ValueError(f"this run needs more memory than the {size_text(host)} available: "
+                         + " and ".join(what) + "; make the larger one smaller")
 
 
 def _build(cfg: RunConfig, manifest: Manifest, run_dir: Path, lock, rank: int, world: int, resume: bool) -> Run:
