@@ -368,3 +368,14 @@ def test_a_failed_start_leaves_no_lock_nor_the_directory_it_made(m30k_centered, 
     code, _, err = run_cli(main, [*common(m30k_centered, run, 2), "--set", "train.freeze=nothing.*"], capsys)
     assert code == EXIT_INPUT and "matches no parameter" in err, err
     assert not run.exists()
+
+
+def test_selecting_by_bleu_without_decoding_is_refused(m30k_centered, tmp_path, capsys):
+    """valid.best_metric valid_bleu without valid.decode_sentences trained to the end and wrote no
+    export-best/, without a word: BLEU is never measured then."""
+    from cll_scale.train import main
+    run = tmp_path / "run"
+    code, _, err = run_cli(main, [*common(m30k_centered, run, 2), "--valid.best-metric", "valid_bleu"], capsys)
+    assert code == EXIT_INPUT and "valid.best_metric valid_bleu needs valid.decode_sentences > 0" in err, err
+    assert not run.exists()
+    build_section("valid", {"best_metric": "valid_bleu", "decode_sentences": 20})        # with decoding: fine
