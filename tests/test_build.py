@@ -407,3 +407,28 @@ def test_inspect_says_when_the_tag_decides_the_output_language():
                       "strict dependence: no, the language tag decides the output of every source language"]
     centered = dependence_lines(condition_directions("centered", ["en", "de", "fr"], "en")[2])
     assert centered[-1] == "strict dependence: no, the language tag decides the output of en"
+
+
+def test_a_ring_built_without_langs_takes_the_papers_order_as_cll_repro_does(small_multiway, tmp_path, capsys):
+    """Issue 66, C: `cll-shards build --condition square` without --langs took the files'
+    alphabetical order (cs, de, en, fr), so its zero-shot directions (cs-en, de-fr, …) were not
+    cll-repro's square (de-cs, fr-en). Without --langs a ring takes the paper's order; other
+    languages than the paper's are refused, since the order decides the zero-shot directions."""
+    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.repro.scheduler import CONDITION_LANGS       # the order cll-repro builds with
+    for condition in ("square", "cycle"):
+        repro = read_multiway(small_multiway, condition, langs=CONDITION_LANGS[condition].split(","))
+        plain = read_multiway(small_multiway, condition)
+        assert (plain.supervised, plain.zero_shot) == (repro.supervised, repro.zero_shot)
+    out = tmp_path / "square"
+    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--condition", "square",
+                                  "--vocab-size", "400", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert sorted(Manifest.load(out).zero_shot) == ["cs-de", "de-cs", "en-fr", "fr-en"]
+    other = tmp_path / "other"
+    other.mkdir()
+    for lang in ("es", "it", "pt", "nl"):
+        (other / f"train.{lang}").write_text("a\nb\n", encoding="utf-8")
+    code, _, err = run_cli(main, ["build", "--input", str(other), "--condition", "square", "--out",
+                                  str(tmp_path / "o")], capsys)
+    assert code == EXIT_INPUT and "pass --langs" in err and "the paper's is de,fr,cs,en" in err, err
