@@ -432,3 +432,24 @@ def test_a_ring_built_without_langs_takes_the_papers_order_as_cll_repro_does(sma
     code, _, err = run_cli(main, ["build", "--input", str(other), "--condition", "square", "--out",
                                   str(tmp_path / "o")], capsys)
     assert code == EXIT_INPUT and "pass --langs" in err and "the paper's is de,fr,cs,en" in err, err
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "null", "\"manifest\""])
+def test_a_manifest_that_is_not_a_json_object_is_named_by_every_reader(m30k_centered, tmp_path, capsys, content):
+    """Issue 66, C: a manifest.json holding `[1,2]` or `null` gave an AttributeError traceback in
+    `inspect`, `build --overwrite` and `cll-train --data`. Each now says which file is damaged."""
+    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.train import main as train_main
+    from tests.test_train import common
+    shards = tmp_path / "shards"
+    shutil.copytree(m30k_centered, shards)
+    (shards / "manifest.json").write_text(content)
+    named = f"{shards / 'manifest.json'}: damaged manifest"
+    code, _, err = run_cli(main, ["inspect", str(shards)], capsys)
+    assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
+    code, _, err = run_cli(train_main, common(shards, tmp_path / "run", 2), capsys)
+    assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
+    code, _, err = run_cli(main, ["build", "--input", str(tmp_path / "nowhere"), "--out", str(shards),
+                                  "--overwrite"], capsys)
+    assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
+    assert (shards / "manifest.json").read_text() == content

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from cll_scale import __version__
 from cll_scale.core.cli import non_negative_int
 from cll_scale.core.clock import StageClock
-from cll_scale.core.outputs import atomic_dir, check_output
+from cll_scale.core.outputs import OutputError, atomic_dir, check_output
 from cll_scale.data.corpora import Corpus, CorpusError
 from cll_scale.data.languages import Direction, lang_tag
 from cll_scale.data.manifest import MANIFEST, Manifest, ManifestError, Shard, SplitInfo, TokenizerInfo, sha256_file
@@ -205,8 +205,11 @@ def shard_dir_strangers(path: Path) -> list[str] | None:
         return None
     try:
         manifest = Manifest.load(path)
-    except ManifestError:
-        return None
+    except ManifestError as err:
+        # Damaged, it cannot say which files are the build's: nothing is replaced, and the
+        # refusal names the file rather than calling a build no shard directory.
+        raise OutputError(f"--overwrite refused: {err}; so it is not known what in {path} the build "
+                          f"wrote: remove it yourself or choose another --out") from None
     tokenizer = manifest.tokenizer.file      # SentencePiece writes its .vocab beside the model
     ours = {MANIFEST, tokenizer, str(Path(tokenizer).with_suffix(".vocab"))} | {s.file for split in manifest.splits.values() for s in split.shards}
     ours |= {str(Path(f).parent) for f in ours} - {"."}
