@@ -379,3 +379,22 @@ def test_selecting_by_bleu_without_decoding_is_refused(m30k_centered, tmp_path, 
     assert code == EXIT_INPUT and "valid.best_metric valid_bleu needs valid.decode_sentences > 0" in err, err
     assert not run.exists()
     build_section("valid", {"best_metric": "valid_bleu", "decode_sentences": 20})        # with decoding: fine
+
+
+def test_shards_longer_than_the_models_positions_are_refused_at_start(small_multiway, tmp_path, capsys):
+    """Issue 66, C: shards built with --max-length 3000 trained the `tiny` preset (512 positions)
+    until the step that drew a long pair. The manifest's longest input is checked at start."""
+    from cll_scale.train import main
+    from data_tools.cli import main as shards_main
+    shards = tmp_path / "long"
+    code, _, err = run_cli(shards_main, ["build", "--input", str(small_multiway), "--vocab-size", "400",
+                                         "--max-length", "3000", "--out", str(shards)], capsys)
+    assert code == 0, err
+    run = tmp_path / "run"
+    code, _, err = run_cli(main, [*common(shards, run, 2), "--set", "data.batch_tokens=4096"], capsys)
+    assert code == EXIT_INPUT and "model.max_positions 512 is shorter than the shards' longest input (3000 subwords + " \
+        "tag and </s>: 3002 positions); build the shards with --max-length 510 or less" in err, err
+    assert not run.exists()
+    code, _, err = run_cli(main, [*common(shards, run, 1), "--set", "model.max_positions=3002", "--set",
+                                  "data.batch_tokens=4096", "--dry-run", "--dry-run-steps", "1"], capsys)
+    assert code == 0, err

@@ -221,7 +221,8 @@ def _resolve(recipe: dict, manifest: Manifest, data_dir: str) -> RunConfig:
                              f"{manifest.languages} and {manifest.tokenizer.vocab_size}")
         recipe = {**recipe, "model": {**exported, **recipe.get("model", {})}}
     # The recipe's own model settings are checked against the shards here (check_model_fits_shards).
-    cfg = build_configs(recipe, manifest.languages, manifest.central_language, manifest.tokenizer)
+    cfg = build_configs(recipe, manifest.languages, manifest.central_language, manifest.tokenizer,
+                        max_length=manifest.max_length)
     if not (cfg.train.max_steps or cfg.train.max_minutes or cfg.train.max_epochs):
         raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
     return cfg
