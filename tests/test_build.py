@@ -453,3 +453,21 @@ def test_a_manifest_that_is_not_a_json_object_is_named_by_every_reader(m30k_cent
                                   "--overwrite"], capsys)
     assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
     assert (shards / "manifest.json").read_text() == content
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--character-coverage", "2"], "--character-coverage 2: the share of the text's characters the vocabulary "
+                                    "covers, in (0, 1]"),
+    (["--threads", "0"], "--threads 0: SentencePiece trains with at least 1 thread"),
+    (["--vocab-size", "-5"], "--vocab-size -5: the number of subwords to learn"),
+    (["--vocab-size", "200"], "--vocab-size 200 leaves no room for learned subwords: the 256 byte pieces"),
+])
+def test_sentencepiece_settings_are_refused_with_their_reason(small_multiway, tmp_path, capsys, flags, reason):
+    """Issue 66, C: `--character-coverage 2`, `--threads 0`, `--vocab-size -5` ended in "could not
+    learn a vocabulary of N:" with an empty reason. Each is refused before the corpus is read,
+    saying what the setting means."""
+    from cll_scale.core.cli import EXIT_INPUT
+    out = tmp_path / "s"
+    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out), *flags], capsys)
+    assert code == EXIT_INPUT and reason in err and "could not learn" not in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

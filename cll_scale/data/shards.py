@@ -60,6 +60,19 @@ class BuildConfig:
             raise ValueError("need 1 <= block_rows <= shard_rows")
         if self.max_length < 1:
             raise ValueError("max_length must be >= 1")
+        # SentencePiece's own refusals of these come back without a reason (or after reading the
+        # whole corpus): each is checked here, with what it means.
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise ValueError(f"--character-coverage {self.character_coverage:g}: the share of the text's characters "
+                             f"the vocabulary covers, in (0, 1] (0.9995 for Latin scripts, 1.0 for small alphabets)")
+        if self.threads < 1:
+            raise ValueError(f"--threads {self.threads}: SentencePiece trains with at least 1 thread")
+        if self.vocab_size < 1:
+            raise ValueError(f"--vocab-size {self.vocab_size}: the number of subwords to learn, at least the 256 byte "
+                             f"pieces, the 4 special ids and a tag per language plus the text's characters")
+        if self.spm_sentences < 1 or not self.spm_temperature > 0:
+            raise ValueError(f"--spm-sentences ({self.spm_sentences}) must be >= 1 and --spm-temperature "
+                             f"({self.spm_temperature:g}) > 0")
         if self.compression in ("none", ""):
             self.compression = None
 
