@@ -153,8 +153,6 @@ def test_the_pretraining_schedule_is_found_beside_the_export_or_refused_before_a
         info = json.loads((copy / "export.json").read_text())
         (copy / "export.json").write_text(json.dumps({**info, "run_dir": "pretrain"}))   # relative, as typed
     monkeypatch.chdir(tmp_path)            # elsewhere: ./pretrain is not there
-    assert pretrain_schedule(run / "export") == {"lr": 3e-3, "warmup_steps": 5, "step": 12}
-    assert pretrain_schedule(alone) == {}
     out = tmp_path / "ext"
     argv = ["--model", str(alone), "--data", str(shards), "--lang", "cs", "--corpus", str(corpus), "--pairs",
             "en-cs,cs-en", "--out", str(out), "--ds-config", "cpu_fp32.json", "--batch-tokens", "1024"]
@@ -164,3 +162,5 @@ def test_the_pretraining_schedule_is_found_beside_the_export_or_refused_before_a
     cfg = ExtendConfig(model=str(alone), data=str(shards), lang="cs", corpus=str(corpus), pairs=["en-cs", "cs-en"],
                        out=str(out), batch_tokens=1024, lr=1e-3)
     assert check_inputs(cfg).languages == ["en", "de", "fr"]        # with --lr: accepted
+    assert pretrain_schedule(run / "export") == {"lr": 3e-3, "warmup_steps": 5, "step": 12}
+    assert pretrain_schedule(alone) == {}
