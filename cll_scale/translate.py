@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, flags_of, pick_device,
                                 positive_int, run)
-from cll_scale.core.outputs import OutputError, check_apart, check_stdin_apart, write_atomic
+from cll_scale.core.outputs import OutputError, check_apart, check_file_writable, check_stdin_apart, write_atomic
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
 
@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_output_path(path: str, input_path: str | None) -> Path:
-    """An output file whose directory exists, that is not a directory and not the input (by any
-    name, or redirected to standard input): refused before any work."""
+    """An output file whose directory exists and can be written, that is not a directory and not
+    the input (by any name, or redirected to standard input): refused before any work."""
     out = Path(path)
     if out.is_dir():
         raise OutputError(f"--output {path} is a directory; give a file name")
@@ -84,6 +84,7 @@ def check_output_path(path: str, input_path: str | None) -> Path:
     check_apart(out, {"--input": input_path}, "--output")
     if input_path is None:
         check_stdin_apart(out)
+    check_file_writable(out, "--output", "nothing was translated")
     return out
 
 

@@ -151,3 +151,19 @@ def test_a_rerun_asking_fewer_epochs_than_done_is_refused(triangle_export, tmp_p
     assert sorted(p.name for p in out.iterdir()) == ["bt.json"]
     for epochs, restart in ((2, False), (3, False), (1, True)):
         assert check_epochs(cfg(epochs), restart).languages == ["de", "fr", "cs"]
+
+
+@pytest.mark.parametrize("flag", ["--eval-beam", "--beam"])
+def test_a_beam_wider_than_the_vocabulary_is_refused_before_generation(small_model, tmp_path, capsys, flag):
+    """Issue 66, C: `cll-bt --eval-beam 600` on shards of a smaller vocabulary failed in the
+    before/after evaluation, after generation and training. Both beams are checked first."""
+    from cll_scale.backtranslate import main
+    from cll_scale.core.cli import EXIT_INPUT
+    from tests.conftest import run_cli
+    shards, export = small_model
+    vocab = Manifest.load(shards).tokenizer.vocab_size
+    out = tmp_path / "bt"
+    code, _, err = run_cli(main, ["--model", str(export), "--data", str(shards), "--out", str(out),
+                                  "--ds-config", "cpu_fp32.json", "--batch-tokens", "1024", flag, str(vocab + 1)], capsys)
+    assert code == EXIT_INPUT and f"{flag} {vocab + 1:,} exceeds this model's vocabulary" in err, err
+    assert not out.exists()

@@ -438,3 +438,67 @@ def test_build_reuse_keeps_this_build_and_refuses_another(small_multiway, tmp_pa
     code, _, err = run_cli(main, [*args[:3], str(other), *args[4:], "--langs", "de,fr,cs"], capsys)
     assert code == 2 and f"(the corpus {small_multiway}, not {other})" in err, err
     assert (out / "manifest.json").stat().st_mtime_ns == built                       # never rebuilt
+
+
+def test_a_ring_built_without_langs_takes_the_papers_order_as_cll_repro_does(small_multiway, tmp_path, capsys):
+    """Issue 66, C: `cll-shards build --condition square` without --langs took the files'
+    alphabetical order (cs, de, en, fr), so its zero-shot directions (cs-en, de-fr, …) were not
+    cll-repro's square (de-cs, fr-en). Without --langs a ring takes the paper's order; other
+    languages than the paper's are refused, since the order decides the zero-shot directions."""
+    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.repro.scheduler import CONDITION_LANGS       # the order cll-repro builds with
+    for condition in ("square", "cycle"):
+        repro = read_multiway(small_multiway, condition, langs=CONDITION_LANGS[condition].split(","))
+        plain = read_multiway(small_multiway, condition)
+        assert (plain.supervised, plain.zero_shot) == (repro.supervised, repro.zero_shot)
+    out = tmp_path / "square"
+    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--condition", "square",
+                                  "--vocab-size", "400", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert sorted(Manifest.load(out).zero_shot) == ["cs-de", "de-cs", "en-fr", "fr-en"]
+    other = tmp_path / "other"
+    other.mkdir()
+    for lang in ("es", "it", "pt", "nl"):
+        (other / f"train.{lang}").write_text("a\nb\n", encoding="utf-8")
+    code, _, err = run_cli(main, ["build", "--input", str(other), "--condition", "square", "--out",
+                                  str(tmp_path / "o")], capsys)
+    assert code == EXIT_INPUT and "pass --langs" in err and "the paper's is de,fr,cs,en" in err, err
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "null", "\"manifest\""])
+def test_a_manifest_that_is_not_a_json_object_is_named_by_every_reader(m30k_centered, tmp_path, capsys, content):
+    """Issue 66, C: a manifest.json holding `[1,2]` or `null` gave an AttributeError traceback in
+    `inspect`, `build --overwrite` and `cll-train --data`. Each now says which file is damaged."""
+    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.train import main as train_main
+    from tests.test_train import common
+    shards = tmp_path / "shards"
+    shutil.copytree(m30k_centered, shards)
+    (shards / "manifest.json").write_text(content)
+    named = f"{shards / 'manifest.json'}: damaged manifest"
+    code, _, err = run_cli(main, ["inspect", str(shards)], capsys)
+    assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
+    code, _, err = run_cli(train_main, common(shards, tmp_path / "run", 2), capsys)
+    assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
+    code, _, err = run_cli(main, ["build", "--input", str(tmp_path / "nowhere"), "--out", str(shards),
+                                  "--overwrite"], capsys)
+    assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
+    assert (shards / "manifest.json").read_text() == content
+
+
+@pytest.mark.parametrize("flags, reason", [
+    (["--character-coverage", "2"], "--character-coverage 2: the share of the text's characters the vocabulary "
+                                    "covers, in (0, 1]"),
+    (["--threads", "0"], "--threads 0: SentencePiece trains with at least 1 thread"),
+    (["--vocab-size", "-5"], "--vocab-size -5: the number of subwords to learn"),
+    (["--vocab-size", "200"], "--vocab-size 200 leaves no room for learned subwords: the 256 byte pieces"),
+])
+def test_sentencepiece_settings_are_refused_with_their_reason(small_multiway, tmp_path, capsys, flags, reason):
+    """Issue 66, C: `--character-coverage 2`, `--threads 0`, `--vocab-size -5` ended in "could not
+    learn a vocabulary of N:" with an empty reason. Each is refused before the corpus is read,
+    saying what the setting means."""
+    from cll_scale.core.cli import EXIT_INPUT
+    out = tmp_path / "s"
+    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out), *flags], capsys)
+    assert code == EXIT_INPUT and reason in err and "could not learn" not in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

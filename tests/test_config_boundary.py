@@ -347,3 +347,74 @@ def test_a_model_that_does_not_fit_the_shards_is_refused_at_start(model, needle)
     with pytest.raises(ValueError) as err:
         build_configs({"preset": "tiny", "model": model}, ["de", "fr", "cs"], None, tok, where="r.yaml")
     assert needle in str(err.value) and "from the shards" in str(err.value)
+
+
+# -- issue 66, class C: sizes checked by the memory they need, before anything is allocated --------
+
+@pytest.mark.parametrize("change, needle", [
+    (["--set", "model.ffn_dim=2000000000"], "model.ffn_dim=2,000,000,000"),
+    (["--set", "model.max_positions=3e9", "--dry-run"], "model.max_positions=3,000,000,000"),
+    (["--set", "model.d_model=1e6", "--dry-run"], "model.d_model=1,000,000"),
+    (["--set", "data.mix_rows=2000000000"], "the mixed pool (data.mix_rows=2,000,000,000 x ~310 B)"),
+])
+def test_a_size_that_cannot_fit_in_memory_is_refused_before_anything_is_allocated(m30k_centered, tmp_path, capsys,
+                                                                                   change, needle):
+    """A model size with a few zeros too many ended in the allocator's RuntimeError traceback and
+    left a `.lock` in a new run directory; data.mix_rows=2e8 swapped the machine with no step
+    after a minute. Each is one line, before the run directory exists."""
+    from cll_scale.train import main
+    run = tmp_path / "new-run"
+    code, _, err = run_cli(main, [*common(m30k_centered, run, 2), *change], capsys)
+    assert code == EXIT_INPUT and needle in err and "needs more memory than the" in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not run.exists()
+
+
+def test_the_parameter_count_is_the_built_models(tmp_path):
+    """The count the memory check uses is the model's own, for every layout."""
+    from cll_scale.model.config import PRESETS
+    from cll_scale.model.model import CLLTransformer
+    for preset, variant, pre_norm in (("tiny", "fcll", False), ("tiny", "sd", True), ("small", "baseline", True)):
+        cfg = ModelConfig(**{**PRESETS[preset], "pre_norm": pre_norm}, vocab_size=1000, languages=["de", "fr", "cs", "en"],
+                          central_language="en", variant=variant)
+        assert cfg.parameter_count() == sum(p.numel() for p in CLLTransformer(cfg).parameters())
+
+
+def test_a_failed_start_leaves_no_lock_nor_the_directory_it_made(m30k_centered, tmp_path, capsys):
+    """A start that fails while building (here: a freeze glob that matches nothing) removes the
+    lock file and the run directory it created."""
+    from cll_scale.train import main
+    run = tmp_path / "new-run"
+    code, _, err = run_cli(main, [*common(m30k_centered, run, 2), "--set", "train.freeze=nothing.*"], capsys)
+    assert code == EXIT_INPUT and "matches no parameter" in err, err
+    assert not run.exists()
+
+
+def test_selecting_by_bleu_without_decoding_is_refused(m30k_centered, tmp_path, capsys):
+    """valid.best_metric valid_bleu without valid.decode_sentences trained to the end and wrote no
+    export-best/, without a word: BLEU is never measured then."""
+    from cll_scale.train import main
+    run = tmp_path / "run"
+    code, _, err = run_cli(main, [*common(m30k_centered, run, 2), "--valid.best-metric", "valid_bleu"], capsys)
+    assert code == EXIT_INPUT and "valid.best_metric valid_bleu needs valid.decode_sentences > 0" in err, err
+    assert not run.exists()
+    build_section("valid", {"best_metric": "valid_bleu", "decode_sentences": 20})        # with decoding: fine
+
+
+def test_shards_longer_than_the_models_positions_are_refused_at_start(small_multiway, tmp_path, capsys):
+    """Issue 66, C: shards built with --max-length 3000 trained the `tiny` preset (512 positions)
+    until the step that drew a long pair. The manifest's longest input is checked at start."""
+    from cll_scale.train import main
+    from data_tools.cli import main as shards_main
+    shards = tmp_path / "long"
+    code, _, err = run_cli(shards_main, ["build", "--input", str(small_multiway), "--vocab-size", "400",
+                                         "--max-length", "3000", "--out", str(shards)], capsys)
+    assert code == 0, err
+    run = tmp_path / "run"
+    code, _, err = run_cli(main, [*common(shards, run, 2), "--set", "data.batch_tokens=4096"], capsys)
+    assert code == EXIT_INPUT and "model.max_positions 512 is shorter than the shards' longest input (3000 subwords + " \
+        "tag and </s>: 3002 positions); build the shards with --max-length 510 or less" in err, err
+    assert not run.exists()
+    code, _, err = run_cli(main, [*common(shards, run, 1), "--set", "model.max_positions=3002", "--set",
+                                  "data.batch_tokens=4096", "--dry-run", "--dry-run-steps", "1"], capsys)
+    assert code == 0, err

@@ -152,3 +152,37 @@ def test_a_rerun_asking_fewer_steps_than_trained_is_refused(pretrained, tmp_path
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == ["run", "run/metrics.jsonl"]
     for steps, restart in ((8, False), (12, False), (4, True)):
         assert check_steps(cfg(steps), restart).languages == ["en", "de", "fr"]
+
+
+def test_the_pretraining_schedule_is_found_beside_the_export_or_refused_before_any_work(pretrained, tmp_path, capsys,
+                                                                                        monkeypatch):
+    """Issue 66, C: an export trained with a relative --run-dir, extended from elsewhere, built the
+    data and the grown model before "its pre-training schedule is unknown", and the rerun with
+    --lr (as the message said) was refused as other settings. The schedule is read from the run
+    directory the export sits in; when there is none the refusal comes before any work, so the
+    rerun with --lr is a fresh run."""
+    import shutil
+    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.extend import main
+    from cll_scale.loops.extend import ExtendConfig, check_inputs, pretrain_schedule
+    from tests.conftest import run_cli
+    corpus, shards, export = pretrained
+    run = tmp_path / "moved" / "pretrain"
+    shutil.copytree(export.parent, run, ignore=shutil.ignore_patterns("checkpoints"))
+    alone = tmp_path / "alone" / "model"
+    shutil.copytree(export, alone)
+    for copy in (run / "export", alone):
+        info = json.loads((copy / "export.json").read_text())
+        (copy / "export.json").write_text(json.dumps({**info, "run_dir": "pretrain"}))   # relative, as typed
+    monkeypatch.chdir(tmp_path)            # elsewhere: ./pretrain is not there
+    out = tmp_path / "ext"
+    argv = ["--model", str(alone), "--data", str(shards), "--lang", "cs", "--corpus", str(corpus), "--pairs",
+            "en-cs,cs-en", "--out", str(out), "--ds-config", "cpu_fp32.json", "--batch-tokens", "1024"]
+    code, _, err = run_cli(main, argv, capsys)
+    assert code == EXIT_INPUT and "its pre-training schedule is unknown" in err and "pass --lr" in err, err
+    assert not out.exists()
+    cfg = ExtendConfig(model=str(alone), data=str(shards), lang="cs", corpus=str(corpus), pairs=["en-cs", "cs-en"],
+                       out=str(out), batch_tokens=1024, lr=1e-3)
+    assert check_inputs(cfg).languages == ["en", "de", "fr"]        # with --lr: accepted
+    assert pretrain_schedule(run / "export") == {"lr": 3e-3, "warmup_steps": 5, "step": 12}
+    assert pretrain_schedule(alone) == {}

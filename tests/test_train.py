@@ -193,6 +193,49 @@ def test_a_resume_that_would_train_on_other_rows_or_input_is_refused(full_run, m
     assert (run / "metrics.jsonl").read_bytes() == before
 
 
+@pytest.mark.parametrize("change, refused", [
+    (["--set", "optim.lr=5e-2"], "optim.lr=0.003 (now 0.05)"),                      # issue 66, class B
+    (["--optim.weight-decay", "0.01"], "optim.weight_decay=0.0 (now 0.01)"),
+    (["--set", "data.batch_tokens=2048"], "data.batch_tokens=1024 (now 2048)"),
+    (["--set", "data.temperature=1"], "data.temperature=5.0 (now 1.0)"),
+    (["--set", "data.max_sentences=8"], "data.max_sentences=0 (now 8)"),
+    (["--set", "train.label_smoothing=0.2"], "train.label_smoothing=0.1 (now 0.2)"),
+    (["--set", "data.batch_tokens=2048", "--set", "train.new_data=true"], "data.batch_tokens=1024 (now 2048)"),
+])
+def test_a_resume_that_would_train_otherwise_is_refused_and_config_json_keeps_the_run(
+        full_run, m30k_centered, tmp_path, capsys, change, refused):
+    """Issue 66, B: a resume with another schedule, microbatch, sampling or loss used to keep the
+    checkpoint's schedule but take the rest mid-run, and wrote the new values into config.json
+    (which cll-extend reads to continue the schedule). Every such setting is refused before
+    anything loads; config.json and metrics.jsonl are as the run left them."""
+    import shutil
+    from cll_scale.train import main
+    from tests.conftest import run_cli
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    before = {name: (run / name).read_bytes() for name in ("config.json", "metrics.jsonl")}
+    code, _, err = run_cli(main, [*common(m30k_centered, run, 42, *change), "--resume"], capsys)
+    assert code == 2 and refused in err and "resume with the run's own settings" in err, err
+    assert "a resume may change only train.shards, train.init_from" in err and "max_steps" in err
+    assert {name: (run / name).read_bytes() for name in before} == before
+
+
+def test_a_resume_may_change_its_budget_and_cadences(full_run, m30k_centered, tmp_path, capsys):
+    """What decides only where a run stops and what it logs, validates or keeps may change."""
+    import shutil
+    from cll_scale.train import main
+    from tests.conftest import run_cli
+    run = tmp_path / "run"
+    shutil.copytree(full_run, run)
+    argv = [*common(m30k_centered, run, 41, "--set", "checkpoint.every=7", "--set", "checkpoint.keep_last=1",
+                    "--set", "valid.every=500", "--set", "data.verify=size"), "--resume"]
+    argv[argv.index("log.every=1")] = "log.every=5"
+    code, _, err = run_cli(main, argv, capsys)
+    assert code == 0, err
+    config = json.loads((run / "config.json").read_text())
+    assert (config["train"]["max_steps"], config["checkpoint"]["every"], config["log"]["every"]) == (41, 7, 5)
+
+
 def probe(launch, shards, run_dir, report, steps, *extra, env=None):
     args = [*common(shards, run_dir, steps, "--set", "train.grad_accum=2", *extra), "--report", str(report)]
     return subprocess.Popen([*launch, str(ROOT / "tests" / "ds_probe.py"), *args], cwd=ROOT,

@@ -3,6 +3,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -258,3 +259,28 @@ def test_input_mistakes_are_named_where_they_are(tiny_export, multi30k, tmp_path
     (damaged / "export.json").write_text('{"step": 15, "sha256": {"model.safet')
     code, _, err = run_cli(translate_main, ["--model", str(damaged), "--tgt-lang", "fr", "--input", str(tsv)], capsys)
     assert code == 2 and f"cll-translate: error: {damaged / 'export.json'}: line 1, column" in err
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_translating(tiny_export, tmp_path, capsys, monkeypatch):
+    """Issue 66, C: `cll-translate --output` into a read-only folder translated everything, then
+    failed naming a temporary file. The folder is tried first (a 0555 folder stops all but root;
+    /sys stops root too), and the refusal names --output as given."""
+    import os
+    from cll_scale.core.cli import EXIT_FILES
+    from cll_scale.evaluation.translator import Translator
+    from cll_scale.translate import main
+    from tests.conftest import run_cli
+    monkeypatch.setattr(Translator, "load", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))
+    src = tmp_path / "in.en"
+    src.write_text("A dog runs.\n")
+    readonly = tmp_path / "ro"
+    readonly.mkdir(mode=0o555)
+    refused = {Path("/sys/cll-out.de"): "/sys: Permission denied"}
+    if not os.access(readonly, os.W_OK):
+        refused[readonly / "out.de"] = f"{readonly}: Permission denied"
+    for out, why in refused.items():
+        code, _, err = run_cli(main, ["--model", str(tiny_export), "--tgt-lang", "de", "--input", str(src),
+                                      "--output", str(out)], capsys)
+        assert code == EXIT_FILES, err
+        assert err == f"cll-translate: error: --output {out} cannot be written: {why}; nothing was translated\n"
+    assert not any(readonly.iterdir())

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from cll_scale.core.hardware import available_memory, size_text
 from cll_scale.data.inputs import target_ids
 from cll_scale.evaluation.translator import Translator
 from cll_scale.model.config import ModelConfig
@@ -128,19 +127,6 @@ class Attribution:
 MEMORY_SHARE = 0.5
 
 
-def available_memory(device: str | torch.device = "cpu") -> int:
-    """Bytes that can be allocated now: a CUDA device's free memory, else the host's
-    ``MemAvailable`` (free pages where /proc is absent)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 @dataclass(frozen=True)
 class MemoryBudget:
     """What an attribution may allocate: ``host`` for the quadrature (numpy, always on the host),
@@ -187,15 +173,6 @@ def longest_target(cfg: ModelConfig, src_len: int, budget: int) -> int:
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if step_bytes(cfg, src_len, mid) <= budget else (lo, mid - 1)
     return lo
-
-
-def size_text(n: float) -> str:
-    """Bytes as people read them: ``512.0 MiB``, ``14.6 TiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def check_fits(cfg: ModelConfig, ex: "Example", n_steps: int, budget: MemoryBudget) -> int:

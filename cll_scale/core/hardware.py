@@ -1,7 +1,9 @@
 """What machine this is: its name in reports and records, the CPU's bf16 instructions and a probe
-of bf16's matmul speed (cached), and the datasheet peaks MFU is measured against."""
+of bf16's matmul speed (cached), the datasheet peaks MFU is measured against, and the memory
+that can be allocated now (what sizes are checked against before anything is allocated)."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -89,3 +91,25 @@ def peak_bf16_tflops(device_name: str) -> float | None:
     H200"); None when the name is not in it."""
     words = re.split(r"[^A-Z0-9]+", device_name.upper())
     return next((tf for key, tf in PEAK_BF16_TFLOPS.items() if key in words), None)
+
+
+def available_memory(device: str | torch.device = "cpu") -> int:
+    """Bytes that can be allocated now: a CUDA device's free memory, else the host's
+    ``MemAvailable`` (free pages where /proc is absent)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def size_text(n: float) -> str:
+    """Bytes as people read them: ``512.0 MiB``, ``14.6 TiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")

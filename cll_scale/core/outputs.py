@@ -433,6 +433,17 @@ def _unwritable(err: OSError, out, out_flag: str) -> OSError:
                    "nothing was computed")
 
 
+def check_file_writable(out: Path, flag: str, work: str = "nothing was computed") -> None:
+    """Refuse, before any work, an output file whose folder cannot take it: :func:`write_atomic`
+    writes a temporary sibling there and renames it, so that is what is tried (and removed)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.probe-")
+    except OSError as err:
+        raise OSError(f"{flag} {out} cannot be written: {refused_at(out.parent, err)}; {work}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def refused_at(path: Path, err: OSError) -> str:
     """``where: why`` for a path that could not be written: the nearest part of it there is (a
     folder, or a file in the way) and the file system's reason."""

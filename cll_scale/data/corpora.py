@@ -135,6 +135,11 @@ def _text_split(name: str, files: dict[str, Path], directions: list[Direction]) 
 # Data conditions (paper §4.1)
 
 CONDITIONS = ("centered", "triangle", "square", "cycle")
+# The order the paper's conditions take their languages in (§4.1, Table 11: the triangle
+# de→fr→cs→de; the square de↔fr↔cs↔en↔de, zero-shot de↔cs and fr↔en; the one-way cycle
+# de→fr→cs→en→de). The order of a ring decides which directions are zero-shot, so a build
+# without --langs takes this one (cll-repro's), never the alphabetical order of the files.
+PAPER_ORDER = {"triangle": ["de", "fr", "cs"], "square": ["de", "fr", "cs", "en"], "cycle": ["de", "fr", "cs", "en"]}
 
 
 def _cycle(langs: list[str]) -> list[Direction]:
@@ -142,7 +147,7 @@ def _cycle(langs: list[str]) -> list[Direction]:
     return [Direction(langs[i], langs[(i + 1) % len(langs)]) for i in range(len(langs))]
 
 
-def condition_directions(condition: str, langs: list[str], central: str | None
+def condition_directions(condition: str, langs: list[str], central: str | None, ordered: bool = True
                          ) -> tuple[list[str], str | None, list[Direction]]:
     """Resolve a data condition to (ordered languages, central language, supervised directions).
 
@@ -159,6 +164,10 @@ def condition_directions(condition: str, langs: list[str], central: str | None
       the triangle's strict dependence (not the paper's square: ``cll-scale`` called it ``square``
       before 2026-12-05).
     * an explicit list ``de-fr,fr-cs``: exactly those directions.
+
+    ``ordered``: ``langs`` are in the order the user chose (``--langs``). Otherwise (the corpus's
+    files) a ring takes :data:`PAPER_ORDER` when they are the paper's languages, and is refused
+    when they are not, since its zero-shot directions depend on the order.
     """
     if condition == "centered":
         central = central or ("en" if "en" in langs else None)
@@ -177,6 +186,13 @@ def condition_directions(condition: str, langs: list[str], central: str | None
                               f"{len(langs)} ({', '.join(langs)}): choose them with --langs")
         if central:
             raise CorpusError(f"condition {condition!r} is non-centered; do not pass --central")
+        if not ordered:
+            paper = PAPER_ORDER[condition]
+            if sorted(langs) != sorted(paper):
+                raise CorpusError(f"condition {condition!r} joins its languages in a ring in the order of --langs, "
+                                  f"which decides its zero-shot directions: pass --langs (e.g. "
+                                  f"{','.join(sorted(langs))} in the order wanted; the paper's is {','.join(paper)})")
+            langs = paper
         ring = _cycle(langs)
         sup = [x for d in ring for x in (d, d.reverse())] if condition == "square" else ring
         return list(langs), None, sup
@@ -232,7 +248,7 @@ def read_multiway(root: str | os.PathLike, condition: str = "centered", langs: l
     if (only_split or "train") not in by_split:
         raise CorpusError(f"{root}: no {only_split or 'train'}.{{lang}} files found")
     found = list(langs) if langs else sorted(by_split[only_split or "train"])
-    order, central, sup = condition_directions(condition, found, central)
+    order, central, sup = condition_directions(condition, found, central, ordered=bool(langs))
     zero = [Direction(a, b) for a in order for b in order if a != b and Direction(a, b) not in sup]
     splits = []
     for split, files in by_split.items():

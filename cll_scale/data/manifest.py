@@ -165,8 +165,11 @@ class Manifest:
             raise ManifestError(f"{directory}: no {MANIFEST} (not a shard directory built by cll-shards, "
                                 f"or an interrupted build)")
         try:
-            return cls.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            d = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(d, dict):      # valid JSON, but `[1, 2]` or `null` is no manifest
+                raise TypeError(f"a manifest is a JSON object, this file holds {json.dumps(d)[:40]}")
+            return cls.from_json(d)
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as err:
             raise ManifestError(f"{path}: damaged manifest ({type(err).__name__}: {err})") from None
 
     # -- integrity --------------------------------------------------------------------------

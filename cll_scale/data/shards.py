@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from cll_scale import __version__
 from cll_scale.core.cli import non_negative_int
 from cll_scale.core.clock import StageClock
-from cll_scale.core.outputs import atomic_dir, check_output
+from cll_scale.core.outputs import OutputError, atomic_dir, check_output
 from cll_scale.data.corpora import Corpus, CorpusError
 from cll_scale.data.languages import Direction, lang_tag
 from cll_scale.data.manifest import MANIFEST, Manifest, ManifestError, Shard, SplitInfo, TokenizerInfo, sha256_file
@@ -60,6 +60,19 @@ class BuildConfig:
             raise ValueError("need 1 <= block_rows <= shard_rows")
         if self.max_length < 1:
             raise ValueError("max_length must be >= 1")
+        # SentencePiece's own refusals of these come back without a reason (or after reading the
+        # whole corpus): each is checked here, with what it means.
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise ValueError(f"--character-coverage {self.character_coverage:g}: the share of the text's characters "
+                             f"the vocabulary covers, in (0, 1] (0.9995 for Latin scripts, 1.0 for small alphabets)")
+        if self.threads < 1:
+            raise ValueError(f"--threads {self.threads}: SentencePiece trains with at least 1 thread")
+        if self.vocab_size < 1:
+            raise ValueError(f"--vocab-size {self.vocab_size}: the number of subwords to learn, at least the 256 byte "
+                             f"pieces, the 4 special ids and a tag per language plus the text's characters")
+        if self.spm_sentences < 1 or not self.spm_temperature > 0:
+            raise ValueError(f"--spm-sentences ({self.spm_sentences}) must be >= 1 and --spm-temperature "
+                             f"({self.spm_temperature:g}) > 0")
         if self.compression in ("none", ""):
             self.compression = None
 
@@ -205,8 +218,11 @@ def shard_dir_strangers(path: Path) -> list[str] | None:
         return None
     try:
         manifest = Manifest.load(path)
-    except ManifestError:
-        return None
+    except ManifestError as err:
+        # Damaged, it cannot say which files are the build's: nothing is replaced, and the
+        # refusal names the file rather than calling a build no shard directory.
+        raise OutputError(f"--overwrite refused: {err}; so it is not known what in {path} the build "
+                          f"wrote: remove it yourself or choose another --out") from None
     tokenizer = manifest.tokenizer.file      # SentencePiece writes its .vocab beside the model
     ours = {MANIFEST, tokenizer, str(Path(tokenizer).with_suffix(".vocab"))} | {s.file for split in manifest.splits.values() for s in split.shards}
     ours |= {str(Path(f).parent) for f in ours} - {"."}

@@ -54,6 +54,12 @@ def train_sentencepiece(corpus: Corpus, out_prefix: str | os.PathLike, vocab_siz
     """Learn ``{out_prefix}.model`` from the corpus' training splits; returns its path. ``clock``
     gets the stages ``spm_read`` (the corpus' reader), ``spm_sample`` and ``spm_train``."""
     clock = clock or StageClock()
+    # What the vocabulary holds before any learned piece: refused now, not after the corpus is read.
+    fixed = 256 + 4 + len(corpus.languages)
+    if vocab_size <= fixed:
+        raise CorpusError(f"--vocab-size {vocab_size} leaves no room for learned subwords: the 256 byte pieces "
+                          f"(byte fallback), 4 special ids and {len(corpus.languages)} language tags take {fixed}; "
+                          f"give more, e.g. {fixed + 500} for a small corpus, 8000 (the default) for a large one")
     counts = training_lines(corpus)
     total = min(sentences, sum(counts.values()))
     rates = language_sample_rates(counts, total, temperature)
@@ -110,7 +116,7 @@ def _train_or_explain(**kwargs) -> None:
         spm.SentencePieceTrainer.train(**kwargs)
     except RuntimeError as err:
         # SentencePiece reports as an internal error what is a setting problem for the user.
-        msg = str(err).split("] ")[-1]
+        msg = str(err).split("] ")[-1].strip() or str(err).strip() or type(err).__name__
         raise CorpusError(f"SentencePiece could not learn a vocabulary of {kwargs['vocab_size']}: {msg} "
                           f"(with byte fallback the vocabulary needs room for 256 byte pieces, "
                           f"the language tags and every character)") from None

@@ -110,11 +110,12 @@ class TranslateConfig:
                                "bf16" if self.dtype == "auto" and gpu else "fp32" if self.dtype == "auto" else self.dtype)
 
 
-def check_beam(beam: int, vocab_size: int) -> None:
+def check_beam(beam: int, vocab_size: int, flag: str = "--beam") -> None:
     """A beam wider than the vocabulary keeps nothing more at the first step, and its scores
-    (beam x vocabulary a sentence) would fill the memory of a huge --beam instead of failing."""
+    (beam x vocabulary a sentence) would fill the memory of a huge --beam instead of failing.
+    ``flag``: the beam's name in the command that checks it (cll-bt's ``--eval-beam``)."""
     if beam > vocab_size:
-        raise ValueError(f"--beam {beam:,} exceeds this model's vocabulary ({vocab_size:,} subwords): a beam "
+        raise ValueError(f"{flag} {beam:,} exceeds this model's vocabulary ({vocab_size:,} subwords): a beam "
                          f"keeps at most one hypothesis a subword at the first step")
 
 

@@ -32,7 +32,7 @@ from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest, Shard
 from cll_scale.data.shards import BuildConfig, link_shards, write_direction
-from cll_scale.evaluation.translator import TranslateConfig, Translator
+from cll_scale.evaluation.translator import TranslateConfig, Translator, check_beam
 from cll_scale.loops import finetune
 from cll_scale.loops.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
 from cll_scale.model.decoding import DecodeConfig
@@ -77,6 +77,7 @@ class BTConfig(FineTuneSettings):
         if unknown:
             raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {self.data} "
                              f"({', '.join(manifest.languages)})")
+        check_beam(self.beam, manifest.tokenizer.vocab_size, "--beam")       # generation's
         finetune.check_fine_tuning_inputs(self, manifest, self.data, self.out,
                                           {"--model": self.model, "--data": self.data})
         model = Manifest.load(self.model)        # an export carries the manifest it was trained on

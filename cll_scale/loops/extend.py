@@ -134,6 +134,10 @@ def check_inputs(cfg: ExtendConfig) -> Manifest:
                          f"{', '.join(old.languages)}")
     if Manifest.load(cfg.model).languages != old.languages:      # the export carries its manifest
         raise ValueError(f"{cfg.model} was not trained on {cfg.data} (other languages)")
+    if not cfg.lr and not pretrain_schedule(cfg.model):
+        raise ValueError(f"--model {cfg.model}: its pre-training schedule is unknown (no config.json of the run "
+                         f"that wrote it, beside it or at its recorded run_dir); pass --lr to fine-tune at a "
+                         f"constant rate")
     check_fine_tuning_inputs(cfg, old, cfg.data, cfg.out, {"--model": cfg.model, "--data": cfg.data,
                                                            "--corpus": cfg.corpus})
     return old
@@ -218,23 +222,33 @@ def build_init_export(cfg: ExtendConfig, data: Path) -> Path:
     model, _ = load_export(cfg.model)
     manifest = Manifest.load(data)
     grown = grow_model(model, cfg.lang, manifest.tokenizer.vocab_size, cfg.noise, cfg.seed)
-    info = read_json_object(Path(cfg.model) / "export.json")
     write_export(out, grown.state_dict(), grown.cfg, data,
-                 {"extended_from": cfg.model, "lang": cfg.lang, "pretrain": pretrain_schedule(info),
+                 {"extended_from": cfg.model, "lang": cfg.lang, "pretrain": pretrain_schedule(cfg.model),
                   "lang_tag": export_lang_tag(cfg.model)})
     return out
 
 
-def pretrain_schedule(info: dict) -> dict:
+def pretrain_schedule(export: str | Path) -> dict:
     """Peak LR, warm-up and steps of the pre-training run behind an export (its run directory
-    keeps the resolved config): extension continues that schedule."""
+    keeps the resolved config): extension continues that schedule. ``{}`` when it is unknown."""
+    info = read_json_object(Path(export) / "export.json")
     if "pretrain" in info:
         return info["pretrain"]
-    config = Path(info.get("run_dir", "")) / "config.json"
-    if not config.is_file():
+    config = _run_config(Path(export), info.get("run_dir", ""))
+    if config is None:
         return {}
     optim = upgrade(read_json_object(config))["optim"]      # runs of before the sections too
     return {"lr": optim["lr"], "warmup_steps": optim["warmup_steps"], "step": info.get("step", 0)}
+
+
+def _run_config(export: Path, run_dir: str) -> Path | None:
+    """The config.json of the run that wrote ``export``. cll-train writes an export inside its run
+    directory (``export/``, ``export-best/``), so the export's own folder is asked first: the
+    ``run_dir`` recorded is as typed, and a relative one means nothing from another directory."""
+    here = export.resolve()
+    candidates = [here.parent] if here.name.startswith("export") else []
+    candidates += [Path(run_dir)] if run_dir else []
+    return next((c / "config.json" for c in candidates if (c / "config.json").is_file()), None)
 
 
 # -- 4 + 5: fine-tune and evaluate ---------------------------------------------------------------
@@ -243,7 +257,7 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
     sched = read_json_object(init / "export.json")["pretrain"]
     if cfg.lr:
         sched = {"lr": cfg.lr, "warmup_steps": 0, "step": 0}
-    elif not sched:
+    elif not sched:         # check_inputs refuses this before any work; an init-export of before may lack it
         raise ValueError(f"{cfg.model}: its pre-training schedule is unknown (no run config.json); pass --lr")
     frozen = old_cll_patterns(ModelConfig.from_json(read_json_object(init / "model_config.json")),
                               cfg.lang) + cfg.freeze

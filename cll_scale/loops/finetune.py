@@ -23,7 +23,7 @@ from cll_scale.evaluation.evaluator import compare
 from cll_scale.evaluation.pool import lid_pool
 from cll_scale.evaluation.report import write_report
 from cll_scale.evaluation.testsets import pairs_from_shards
-from cll_scale.evaluation.translator import TranslateConfig, Translator
+from cll_scale.evaluation.translator import TranslateConfig, Translator, check_beam
 from cll_scale.model.decoding import DecodeConfig
 from cll_scale.model.export import export_lang_tag
 from cll_scale.run.build import build_run, set_threads
@@ -136,13 +136,17 @@ def open_output(out: Path, prog: str, settings: dict, may_change: set[str], rest
 def check_fine_tuning_inputs(cfg: "FineTuneSettings", manifest: Manifest, data: str, out: str,
                              inputs: dict[str, str]) -> None:
     """What cll-bt and cll-extend check before any work, named by the flags the user typed: an
-    evaluation split that the data lacks (it would fail after generation and training), a
+    evaluation split that the data lacks or a beam wider than its vocabulary (either would fail
+    after generation and training), a
     microbatch that cannot hold the data's longest pair, an output that is one of the inputs."""
     tests = [n for n, split in manifest.splits.items() if split.role == "test"]
     unknown = [s for s in cfg.eval_splits if s not in manifest.splits]
     if unknown:
         raise ValueError(f"--eval-splits {','.join(unknown)}: {data} has no such split (test splits: "
                          f"{', '.join(tests) or 'none'})")
+    # The before/after evaluation comes after all the work: its beam is checked now, against the
+    # data's vocabulary (the starting model's; cll-extend's grown model has more).
+    check_beam(cfg.eval_beam, manifest.tokenizer.vocab_size, "--eval-beam")
     longest = source_length(manifest.max_length, True)
     if cfg.batch_tokens < longest:
         raise ValueError(f"--batch-tokens {cfg.batch_tokens} cannot hold the longest pair of {data} "

@@ -114,6 +114,23 @@ class ModelConfig:
         """Languages that get an LSL: every one but the central language."""
         return [x for x in self.languages if x != self.central_language]
 
+    def parameter_count(self) -> int:
+        """The model's parameters, counted from its sizes without building it (the layout of
+        :class:`cll_scale.model.model.CLLTransformer`): a size too large for memory is refused
+        by this count before anything is allocated."""
+        d, f, r = self.d_model, self.ffn_dim, self.lsl_dim
+        attention = 4 * d * d + 4 * d                    # q, kv (2d), out, with biases
+        ffn = 2 * d * f + f + d
+        encoder = self.encoder_layers * (attention + ffn + 4 * d)          # + 2 LayerNorms
+        decoder = self.decoder_layers * (2 * attention + ffn + 6 * d)      # + 3 LayerNorms
+        lsl = len(self.lsl_languages) * len(self.cll_layers or []) * (2 * r * d + r + d + 1)
+        return self.vocab_size * d + encoder + decoder + lsl + (4 * d if self.pre_norm else 0)
+
+    def training_bytes(self) -> int:
+        """What training holds for the model at least: fp32 weights, gradients and AdamW's two
+        moments (16 bytes a parameter), and the position table (``max_positions`` x ``d_model``)."""
+        return 16 * self.parameter_count() + 4 * self.max_positions * self.d_model
+
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from cll_scale.data.corpora import read_multiway
+from cll_scale.data.corpora import PAPER_ORDER, read_multiway
 from cll_scale.data.shards import BuildConfig, kept_build
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, last_train_row, run_state
@@ -17,8 +17,8 @@ from cll_scale.training.metrics import read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 # The languages of the non-centered conditions, in the order that makes their directions (paper
-# §4.1): the triangle de→fr→cs→de; the square de↔fr↔cs↔en↔de; the one-way cycle de→fr→cs→en→de.
-CONDITION_LANGS = {"triangle": "de,fr,cs", "square": "de,fr,cs,en", "cycle": "de,fr,cs,en"}
+# §4.1), as cll-shards build takes them without --langs.
+CONDITION_LANGS = {condition: ",".join(langs) for condition, langs in PAPER_ORDER.items()}
 
 
 class StepFailed(RuntimeError):

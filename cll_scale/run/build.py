@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -15,17 +16,17 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from cll_scale.core.compat import LEGACY_MODEL
-from cll_scale.core.hardware import cpu_bf16_speedup
+from cll_scale.core.compat import LEGACY, LEGACY_MODEL, upgrade
+from cll_scale.core.hardware import available_memory, cpu_bf16_speedup, size_text
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.core.settings import default_of
 from cll_scale.data.manifest import Manifest
-from cll_scale.data.stream import ShardStream, StreamConfig
+from cll_scale.data.stream import ShardStream
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode
 from cll_scale.model.export import export_model_config, load_export
 from cll_scale.model.model import CLLTransformer, projected_loss, projected_loss_graph
-from cll_scale.run.recipe import RunConfig, build_configs
+from cll_scale.run.recipe import SECTIONS, RunConfig, build_configs, section_classes
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
 from cll_scale.training.checkpointer import Checkpointer
@@ -193,6 +194,7 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
     cfg = _resolve(recipe, manifest, data_dir)
     if str(cfg.train.ds_config) != "auto":     # a recipe or a damaged file as --ds-config: before the lock and the model
         read_ds_config(resolve_ds_config(cfg.train.ds_config)[0])
+    check_memory(cfg)
     run_dir = Path(cfg.train.run_dir)
     if resume and not run_dir.is_dir():
         raise FileNotFoundError(f"--resume: {run_dir} does not exist, so there is nothing to resume; "
@@ -205,7 +207,7 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
         return _build(cfg, manifest, run_dir, lock, rank, world, resume)
     except BaseException:
         if lock is not None:
-            lock.release()
+            lock.abandon()      # a start that failed leaves no lock file, nor a directory it made
         raise
 
 
@@ -222,10 +224,43 @@ def _resolve(recipe: dict, manifest: Manifest, data_dir: str) -> RunConfig:
                              f"{manifest.languages} and {manifest.tokenizer.vocab_size}")
         recipe = {**recipe, "model": {**exported, **recipe.get("model", {})}}
     # The recipe's own model settings are checked against the shards here (check_model_fits_shards).
-    cfg = build_configs(recipe, manifest.languages, manifest.central_language, manifest.tokenizer)
+    cfg = build_configs(recipe, manifest.languages, manifest.central_language, manifest.tokenizer,
+                        max_length=manifest.max_length)
     if not (cfg.train.max_steps or cfg.train.max_minutes or cfg.train.max_epochs):
         raise ValueError("no budget: set --max-steps, --max-minutes and/or train.max_epochs")
     return cfg
+
+
+# Bytes a row of a mixed pool holds on the host, ids and bookkeeping (the measured ~310 B that
+# data.pool_rows is sized by).
+POOL_ROW_BYTES = 310
+
+
+def check_memory(cfg: RunConfig) -> None:
+    """Refuse, before anything is allocated, a run whose model or mixed pool cannot fit: the
+    training state of the model (:meth:`ModelConfig.training_bytes`) on the device that trains
+    it, and on the host the model as built there plus ``data.mix_rows`` rows. A size typed with
+    a few zeros too many would otherwise fail in the allocator with a traceback, or swap the
+    machine for minutes before the first step."""
+    model = cfg.model
+    sizes = ", ".join(f"model.{k}={getattr(model, k):,}" for k in ("d_model", "ffn_dim", "max_positions"))
+    pool = cfg.data.mix_rows * POOL_ROW_BYTES if cfg.data.mixing == "mixed" else 0
+    cuda = torch.cuda.is_available()
+    host_need = pool + (4 * model.parameter_count() + 4 * model.max_positions * model.d_model if cuda
+                        else model.training_bytes())
+    device_need = model.training_bytes() if cuda else 0
+    host, device = available_memory("cpu"), available_memory(f"cuda:{local_part()[0]}") if cuda else 0
+    if device_need > device and cuda:
+        raise ValueError(f"the model ({sizes}: {model.parameter_count():,} parameters) needs "
+                         f"{size_text(device_need)} to train (weights, gradients, AdamW's moments), more than "
+                         f"the {size_text(device)} free on the GPU; make it smaller")
+    if host_need > host:
+        what = [f"the model ({sizes}: {model.parameter_count():,} parameters) "
+                f"{size_text(host_need - pool)}" + ("" if cuda else " to train")]
+        if pool:
+            what.append(f"the mixed pool (data.mix_rows={cfg.data.mix_rows:,} x ~{POOL_ROW_BYTES} B) {size_text(pool)}")
+        raise ValueError(f"this run needs more memory than the {size_text(host)} available: "
+                         + " and ".join(what) + "; make the larger one smaller")
 
 
 def _build(cfg: RunConfig, manifest: Manifest, run_dir: Path, lock, rank: int, world: int, resume: bool) -> Run:
@@ -312,37 +347,72 @@ def _finish(run: Run, say) -> None:
         say("the shards have no validation split: no validation, and no export-best/")
 
 
-# What the model learns from, besides its own settings: which rows (the split, its directions and
-# share) and how its input is built (the tag). A resume with others would train another model under
-# the run's name; export.json would then describe the input wrongly (lang_tag). With
-# train.new_data (cll-bt's epochs) the rows change on purpose; the input format never does.
-DATA_IDENTITY = ("split", "directions", "rows_fraction", "add_lang_tag")
-INPUT_FORMAT = ("add_lang_tag",)
+# A resume continues one run: every setting that changes what it trains, or how, must be the
+# run's own. These are the ones that may change between two parts of a run, because they decide
+# only where it stops, what it logs, validates or keeps, where it reads and writes, and the
+# engine it runs on (another world size or precision resumes through DeepSpeed's checkpoints).
+# The shards and train.init_from are paths: a moved input resumes (the stream checks the shards'
+# fingerprint, _resolve the export's languages and vocabulary; the weights come from the checkpoint).
+# Anything else (a learning rate, the microbatch, the temperature, label smoothing, …) would
+# make the resume no longer exact, or be written into config.json as if the run had used it.
+MAY_CHANGE_ON_RESUME = {
+    "train": ("shards", "init_from", "run_dir", "ds_config", "compile", "new_data", "max_steps", "max_epochs", "max_minutes",
+              "max_skips_in_a_row"),
+    "data": ("verify",),
+    "checkpoint": ("every", "keep_last", "export"),
+    "valid": ("every",),
+    "log": ("every", "peak_tflops"),
+}
+# With train.new_data (cll-bt's epochs) the rows change on purpose: which split, directions and
+# share; the input format (the tag) and everything else never do.
+MAY_CHANGE_WITH_NEW_DATA = {"data": ("split", "directions", "rows_fraction")}
 
 
 def check_recorded_settings(run_dir: Path, cfg: RunConfig) -> None:
-    """A resume must rebuild the model the run trained, from the same data: other settings
-    (another preset, other shards' vocabulary or languages, another data selection or input
-    format) are refused before anything is loaded."""
+    """A resume must rebuild the model the run trained and train it as the run did: any setting
+    outside :data:`MAY_CHANGE_ON_RESUME` that differs from the run's config.json (another
+    preset, other shards' vocabulary or languages, another schedule, microbatch, data selection
+    or input format) is refused before anything is loaded, so config.json never records it."""
     path = run_dir / "config.json"
     if not path.is_file():
         return
-    config = read_json_object(path)
+    config = upgrade(read_json_object(path))          # runs of before the sections read the same
     recorded = {**LEGACY_MODEL, **config.get("model", {})}
     now = cfg.model.to_json()
     diff = [f"model.{k}={recorded[k]!r} (now {now[k]!r})" for k in sorted(now)
             if k in recorded and recorded[k] != now[k] and k != "languages"]
     if recorded.get("languages", now["languages"]) != now["languages"]:
         diff.append(f"languages {recorded['languages']} (now {now['languages']})")
-    data_now = dataclasses.asdict(cfg.data)
-    for key in INPUT_FORMAT if cfg.train.new_data else DATA_IDENTITY:
-        # a config.json of before a setting existed was trained with the setting's default
-        was = config.get("data", {}).get(key, default_of(StreamConfig, key))
-        if was != data_now[key]:
-            diff.append(f"data.{key}={was!r} (now {data_now[key]!r})")
+    free = {s: set(keys) for s, keys in MAY_CHANGE_ON_RESUME.items()}
+    if cfg.train.new_data:
+        for section, keys in MAY_CHANGE_WITH_NEW_DATA.items():
+            free.setdefault(section, set()).update(keys)
+    classes = section_classes()
+    for section in SECTIONS:
+        if section == "model":
+            continue
+        was_section, now_section = config.get(section) or {}, _as_json(dataclasses.asdict(getattr(cfg, section)))
+        for key, value in now_section.items():
+            if key in free.get(section, ()):
+                continue
+            # a config.json of before a setting existed was trained with the rule of then
+            # (compat.LEGACY), else with the setting's default
+            was = _as_json(was_section[key] if key in was_section
+                           else LEGACY.get(section, {}).get(key, default_of(classes[section], key)))
+            if was != value:
+                diff.append(f"{section}.{key}={was!r} (now {value!r})")
     if diff:
+        may = ", ".join(f"{s}.{k}" for s, keys in MAY_CHANGE_ON_RESUME.items() for k in keys
+                        if (s, k) not in (("train", "run_dir"), ("train", "new_data")))
         raise ValueError(f"--resume: {run_dir} was trained with " + ", ".join(diff)
-                         + "; resume with the run's own settings, or train into another --run-dir")
+                         + f"; resume with the run's own settings, or train into another --run-dir "
+                         f"(a resume may change only {may})")
+
+
+def _as_json(value):
+    """A setting as config.json holds it (tuples as lists, directions as strings), so that a
+    recorded value and today's compare equal when they are the same."""
+    return json.loads(json_text(value))
 
 
 def init_and_freeze(model: CLLTransformer, init_from: str, freeze: list[str], tag: str | None,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from cll_scale.core.compat import LEGACY, MOVED, notice, upgrade
 from cll_scale.core.settings import coerce_number, default_of, field_default, setting
+from cll_scale.data.inputs import source_length
 from cll_scale.data.stream import StreamConfig
 from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.training.metrics import LogConfig
@@ -354,9 +355,10 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
 
 
 def build_configs(recipe: dict, languages: list[str], central: str | None, tokenizer,
-                  where: str = "recipe") -> RunConfig:
+                  where: str = "recipe", max_length: int | None = None) -> RunConfig:
     """Resolve a recipe, as :func:`load_recipe` and :func:`apply_overrides` give it (old names
-    already read in their new places), against a shard manifest's languages and tokenizer."""
+    already read in their new places), against a shard manifest's languages and tokenizer (and
+    ``max_length``, the longest training pair it holds, in subwords)."""
     check_sections(recipe, where)
     model_kw = dict(PRESETS[recipe.get("preset", "small")])
     model_kw.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
@@ -364,14 +366,23 @@ def build_configs(recipe: dict, languages: list[str], central: str | None, token
     model_kw.update(recipe.get("model", {}))
     sections = {name: build_section(name, model_kw if name == "model" else recipe.get(name) or {})
                 for name in SECTIONS}
-    check_model_fits_shards(sections["model"], languages, central, tokenizer, where)
+    check_model_fits_shards(sections["model"], languages, central, tokenizer, where, max_length,
+                            sections["data"].add_lang_tag)
     return RunConfig(preset=recipe.get("preset", "small"), **sections)
 
 
 def check_model_fits_shards(model: ModelConfig, languages: list[str], central: str | None, tokenizer,
-                            where: str) -> None:
+                            where: str, max_length: int | None = None, tagged: bool = True) -> None:
     """The model's vocabulary, special ids and languages are the shards' (the manifest owns them):
-    a recipe that sets them otherwise would index past the embedding or the LSLs at the first step."""
+    a recipe that sets them otherwise would index past the embedding or the LSLs at the first step.
+    Its position table holds the shards' longest input (``max_length`` subwords, with ``</s>`` and
+    the tag when ``tagged``): a shorter one would fail at whichever step first draws a long pair."""
+    longest = None if max_length is None else source_length(max_length, tagged)
+    if longest is not None and model.max_positions < longest:
+        extra = longest - max_length
+        raise ValueError(f"{where}: model.max_positions {model.max_positions} is shorter than the shards' longest "
+                         f"input ({max_length} subwords + {'tag and ' if tagged else ''}</s>: {longest} positions); build the shards with "
+                         f"--max-length {model.max_positions - extra} or less, or set model.max_positions={longest}")
     if model.vocab_size < tokenizer.vocab_size:
         raise ValueError(f"{where}: model.vocab_size {model.vocab_size} is smaller than the shards' vocabulary "
                          f"({tokenizer.vocab_size} subwords); leave it unset, it comes from the shards")

@@ -42,6 +42,11 @@ class ValidConfig:
             raise ValueError("valid.every must be >= 1, valid.max_batches, max_sentences and decode_sentences >= 0")
         if self.best_metric not in BEST_METRICS:
             raise ValueError(f"valid.best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
+        if self.best_metric == "valid_bleu" and not self.decode_sentences:
+            # BLEU is only measured on decoded sentences: without any, no validation would ever
+            # give a value, and export-best/ would silently never be written.
+            raise ValueError("valid.best_metric valid_bleu needs valid.decode_sentences > 0 (BLEU is scored on "
+                             "that many greedy translations per direction); set it, e.g. 200, or choose valid_nll")
 
 
 @dataclass
