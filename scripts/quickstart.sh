@@ -5,7 +5,7 @@
 # QUICKSTART_STEPS steps each (a step budget, so what it shows does not depend on how busy the
 # machine is; cll-repro's progress lines give the time left), cll-eval on the first
 # QUICKSTART_SENTENCES sentences of each test_2016 direction, and the summary.
-#   QUICKSTART_STEPS                steps a model (1,400)
+#   QUICKSTART_STEPS                steps a model (1,500)
 #   QUICKSTART_CONDITION=centered   the English-centered run of before (8 minutes a model)
 #   QUICKSTART_PRECISION            auto (bf16 where this CPU's bf16 matmuls are faster), bf16 or fp32
 #   QUICKSTART_SHARDS, QUICKSTART_RUNS   where the shards and the runs go (data/shards, runs/quickstart)
@@ -40,7 +40,7 @@ case "$CONDITION" in
   # The triangle's two models train side by side, each on half the cores: two threads share one
   # model's small matrices badly (`small` at 2,048 tokens a step: 2,416 target tokens/s on two
   # threads against 2 x 1,745 side by side on the 2-core Xeon; the `mini` matrices are smaller).
-  triangle) BUDGET=(--settings quickstart --steps-per-model "${QUICKSTART_STEPS:-1400}" --parallel 2)
+  triangle) BUDGET=(--settings quickstart --steps-per-model "${QUICKSTART_STEPS:-1500}" --parallel 2)
             THREADS=$(( CORES > 1 ? CORES / 2 : 1 ))
             SENTENCES=${QUICKSTART_SENTENCES:-150}; LANGS=(--langs de,fr,cs); REPORT=triangle-quickstart ;;
   centered) BUDGET=(--minutes-per-model "${QUICKSTART_MINUTES:-8}"); THREADS=$CORES
