@@ -356,3 +356,15 @@ def test_a_torn_metrics_line_is_dropped_on_resume_and_damaged_json_names_its_fil
     assert res.returncode == 2, res.stderr[-2000:]
     assert f"cll-train: error: {recipe}: line 1, column 1: not valid JSON" in res.stderr
     assert "a recipe goes to --recipe" in res.stderr and not fresh.exists()
+
+
+def test_a_second_start_in_the_same_process_finds_no_stale_group(m30k_centered, tmp_path, capsys):
+    """Two cll-train starts in one process (a notebook, the suite's in-process tests): the first
+    left DeepSpeed's clone of the world group behind when it destroyed the process groups, and the
+    second failed with "Group <ProcessGroup …> is not registered". Both run now."""
+    from cll_scale.train import main
+    from tests.conftest import run_cli
+    for name in ("first", "second"):
+        code, out, err = run_cli(main, [*common(m30k_centered, tmp_path / name, 2), "--dry-run",
+                                        "--dry-run-steps", "1"], capsys)
+        assert code == 0 and '"dry_run"' in out, err

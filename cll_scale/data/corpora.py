@@ -147,6 +147,28 @@ def _cycle(langs: list[str]) -> list[Direction]:
     return [Direction(langs[i], langs[(i + 1) % len(langs)]) for i in range(len(langs))]
 
 
+def _ring(condition: str, langs: list[str], central: str | None, ordered: bool
+          ) -> tuple[list[str], None, list[Direction]]:
+    """The ring conditions of :func:`condition_directions` (``triangle``, ``square``, ``cycle``)."""
+    need = {"triangle": 3, "square": 4}.get(condition)
+    if (need and len(langs) != need) or len(langs) < 3:
+        wanted = f"exactly {need}" if need else "at least 3"
+        raise CorpusError(f"condition {condition!r} needs {wanted} languages, got "
+                          f"{len(langs)} ({', '.join(langs)}): choose them with --langs")
+    if central:
+        raise CorpusError(f"condition {condition!r} is non-centered; do not pass --central")
+    if not ordered:
+        paper = PAPER_ORDER[condition]
+        if sorted(langs) != sorted(paper):
+            raise CorpusError(f"condition {condition!r} joins its languages in a ring in the order of --langs, "
+                              f"which decides its zero-shot directions: pass --langs (e.g. "
+                              f"{','.join(sorted(langs))} in the order wanted; the paper's is {','.join(paper)})")
+        langs = paper
+    ring = _cycle(langs)
+    sup = [x for d in ring for x in (d, d.reverse())] if condition == "square" else ring
+    return list(langs), None, sup
+
+
 def condition_directions(condition: str, langs: list[str], central: str | None, ordered: bool = True
                          ) -> tuple[list[str], str | None, list[Direction]]:
     """Resolve a data condition to (ordered languages, central language, supervised directions).
@@ -179,23 +201,7 @@ def condition_directions(condition: str, langs: list[str], central: str | None, 
         sup = [Direction(central, x) for x in others] + [Direction(x, central) for x in others]
         return [central] + others, central, sup
     if condition in ("triangle", "square", "cycle"):
-        need = {"triangle": 3, "square": 4}.get(condition)
-        if (need and len(langs) != need) or len(langs) < 3:
-            wanted = f"exactly {need}" if need else "at least 3"
-            raise CorpusError(f"condition {condition!r} needs {wanted} languages, got "
-                              f"{len(langs)} ({', '.join(langs)}): choose them with --langs")
-        if central:
-            raise CorpusError(f"condition {condition!r} is non-centered; do not pass --central")
-        if not ordered:
-            paper = PAPER_ORDER[condition]
-            if sorted(langs) != sorted(paper):
-                raise CorpusError(f"condition {condition!r} joins its languages in a ring in the order of --langs, "
-                                  f"which decides its zero-shot directions: pass --langs (e.g. "
-                                  f"{','.join(sorted(langs))} in the order wanted; the paper's is {','.join(paper)})")
-            langs = paper
-        ring = _cycle(langs)
-        sup = [x for d in ring for x in (d, d.reverse())] if condition == "square" else ring
-        return list(langs), None, sup
+        return _ring(condition, langs, central, ordered)
     try:
         sup = [Direction.parse(d) for d in condition.split(",") if d.strip()]
     except LanguageError as err:

@@ -6,6 +6,7 @@ group goes through DeepSpeed (:func:`cll_scale.training.engine.init_distributed`
 from __future__ import annotations
 
 import socket
+import sys
 
 import torch
 
@@ -30,6 +31,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _destroy() -> None:
+    """Destroy every process group, through DeepSpeed's own call when DeepSpeed set the groups up:
+    it also drops the groups it cached (its clone of the world group), which a later start in the
+    same process (a test, a notebook) would otherwise use after they were destroyed ("Group ... is
+    not registered"). Looked up, not imported: this module stays free of DeepSpeed."""
+    ds_comm = sys.modules.get("deepspeed.comm")
+    if ds_comm is not None and ds_comm.is_initialized():
+        ds_comm.destroy_process_group()
+    else:
+        torch.distributed.destroy_process_group()
+
+
 def shutdown() -> None:
     """Leave the process group once a command's work is done, all ranks together. Without it
     gloo's worker threads outlive the interpreter and a finished 2-rank CPU run could still abort
@@ -39,7 +52,7 @@ def shutdown() -> None:
     global _HOST_GROUP
     if torch.distributed.is_initialized():
         torch.distributed.barrier()      # no rank tears its connections down while another still talks
-        torch.distributed.destroy_process_group()
+        _destroy()
     _HOST_GROUP = None
 
 
@@ -51,7 +64,7 @@ def abandon() -> None:
     other ranks there is nobody to wait for at a barrier: the launcher ends them."""
     global _HOST_GROUP
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() == 1:
-        torch.distributed.destroy_process_group()
+        _destroy()
         _HOST_GROUP = None
 
 
