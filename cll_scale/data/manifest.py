@@ -11,7 +11,6 @@ A shard directory::
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import pyarrow as pa
 
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.core.compat import upgrade_manifest
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.data.languages import Direction
 
 SCHEMA_VERSION = 2             # 2: max_length (version 1 called it max_tokens; read through core.compat)
@@ -165,11 +165,12 @@ class Manifest:
             raise ManifestError(f"{directory}: no {MANIFEST} (not a shard directory built by cll-shards, "
                                 f"or an interrupted build)")
         try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(d, dict):      # valid JSON, but `[1, 2]` or `null` is no manifest
-                raise TypeError(f"a manifest is a JSON object, this file holds {json.dumps(d)[:40]}")
+            d = read_json_object(path, "a shard directory's manifest")   # `[1, 2]` or `null` is no manifest
+        except ValueError as err:
+            raise ManifestError(f"{path}: damaged manifest ({err})") from None
+        try:
             return cls.from_json(d)
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as err:
+        except (KeyError, TypeError, AttributeError) as err:
             raise ManifestError(f"{path}: damaged manifest ({type(err).__name__}: {err})") from None
 
     # -- integrity --------------------------------------------------------------------------

@@ -2,10 +2,10 @@
 config.json), and the refusal of a study that would report it under a smaller one."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from cll_scale.core.compat import upgrade
+from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, is_record
 
@@ -16,7 +16,7 @@ def trained_budget(run_dir: Path) -> Budget | None:
     path = run_dir / "config.json"
     if not path.is_file():
         return None
-    train = upgrade(json.loads(path.read_text())).get("train", {})
+    train = upgrade(read_json_object(path)).get("train", {})
     return Budget(int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0.0))
 
 

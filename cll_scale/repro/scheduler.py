@@ -27,12 +27,11 @@ class StepFailed(RuntimeError):
     one, the command printed it above)."""
 
     def __init__(self, what: str, code: int, log: Path | None = None):
-        stopped = code > 128 and code - 128 in STOP_SIGNALS
-        head = (f"{what} was stopped by {signal.Signals(code - 128).name} after a checkpoint; rerun to resume"
+        stopped = stop_signal(code)
+        head = (f"{what} was stopped by {stopped.name} after a checkpoint; rerun to resume"
                 if stopped else f"{what} failed (exit {code})")
         if log:
-            said = last_message(log)
-            head += f" (its output: {log})" + (f": {said}" if said else "")
+            head += f" (its output: {log})" + (f": {said}" if (said := last_message(log)) else "")
         elif not stopped:
             head += "; its message is above"
         super().__init__(head)
@@ -43,13 +42,15 @@ class StepFailed(RuntimeError):
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
 
 
+def stop_signal(code: int) -> signal.Signals | None:
+    """The signal a training stopped on after its checkpoint (its exit code: 128 + it), else None."""
+    return signal.Signals(code - 128) if code > 128 and code - 128 in STOP_SIGNALS else None
+
+
 def outcome(code: int) -> str:
     """How a training process ended, in words, by its exit code."""
-    if code == 0:
-        return "trained"
-    if code > 128 and code - 128 in STOP_SIGNALS:
-        return "stopped after a checkpoint, rerun to resume"
-    return f"failed (exit {code})"
+    return "trained" if code == 0 else "stopped after a checkpoint, rerun to resume" if stop_signal(code) \
+        else f"failed (exit {code})"
 
 
 def last_message(log: Path) -> str | None:
