@@ -443,7 +443,7 @@ def test_the_diagnostics_recipes_name_every_rule_they_test():
     found = recipe_files(ROOT / "recipes", "triangle", "diagnostics")
     assert sorted(found) == ["baseline", "baseline_half", "baseline_onedir", "baseline_postnorm", "fcll",
                              "fcll_double", "fcll_half", "fcll_onedir", "fcll_postnorm", "residual"]
-    for condition in ("square", "cycle"):
+    for condition in ("square", "cycle", "centered", "centered-cycle"):
         # the same settings as the triangle's controls: the condition is the one difference
         other = recipe_files(ROOT / "recipes", condition, "diagnostics")
         assert sorted(other) == ["baseline", "fcll"]

@@ -38,6 +38,8 @@ def test_triangle_is_a_cycle_in_the_given_order(multi30k):
     ("triangle", ["de", "fr", "cs"], 3, 3, {"de": 1, "fr": 1, "cs": 1}, True),
     ("square", ["de", "fr", "cs", "en"], 8, 4, {"de": 2, "fr": 2, "cs": 2, "en": 2}, False),
     ("cycle", ["de", "fr", "cs", "en"], 4, 8, {"de": 1, "fr": 1, "cs": 1, "en": 1}, True),
+    # the paper's Table 6 row (2): centered plus one-way pairs among the other languages
+    ("centered-cycle", ["en", "de", "fr", "cs"], 9, 3, {"en": 3, "de": 2, "fr": 2, "cs": 2}, False),
 ])
 def test_named_conditions_have_the_papers_counts_and_dependence(multi30k, condition, langs, supervised,
                                                                 zero_shot, fan_out, strict):
@@ -61,6 +63,17 @@ def test_cycle_is_one_way_over_any_number_of_languages_and_explicit_lists_stay(m
     assert read_multiway(multi30k, "cycle", langs=["de", "fr", "cs"]).supervised == dirs("de-fr fr-cs cs-de")
     explicit = read_multiway(multi30k, "de-fr,fr-de")
     assert explicit.languages == ["de", "fr"] and explicit.zero_shot == []
+
+
+def test_centered_cycle_adds_the_one_way_cycle_to_the_centered_data(multi30k):
+    """Table 6 row (2): the English-centered data with de→fr, fr→cs, cs→de added, one way; the
+    reverse directions stay zero-shot. Read without --langs, the cycle takes the paper's order."""
+    plus = read_multiway(multi30k, "centered-cycle", langs=["en", "de", "fr", "cs"])
+    centered = read_multiway(multi30k, "centered", langs=["en", "de", "fr", "cs"])
+    assert plus.supervised == centered.supervised + dirs("de-fr fr-cs cs-de")
+    assert sorted(plus.zero_shot) == sorted(dirs("fr-de cs-fr de-cs")) and plus.central == "en"
+    unordered = read_multiway(multi30k, "centered-cycle")
+    assert unordered.supervised == plus.supervised and unordered.languages == ["en", "de", "fr", "cs"]
 
 
 @pytest.mark.parametrize("condition,langs,message", [

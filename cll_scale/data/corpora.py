@@ -134,12 +134,13 @@ def _text_split(name: str, files: dict[str, Path], directions: list[Direction]) 
 # ---------------------------------------------------------------------------------------------
 # Data conditions (paper §4.1)
 
-CONDITIONS = ("centered", "triangle", "square", "cycle")
+CONDITIONS = ("centered", "triangle", "square", "cycle", "centered-cycle")
 # The order the paper's conditions take their languages in (§4.1, Table 11: the triangle
 # de→fr→cs→de; the square de↔fr↔cs↔en↔de, zero-shot de↔cs and fr↔en; the one-way cycle
 # de→fr→cs→en→de). The order of a ring decides which directions are zero-shot, so a build
 # without --langs takes this one (cll-repro's), never the alphabetical order of the files.
-PAPER_ORDER = {"triangle": ["de", "fr", "cs"], "square": ["de", "fr", "cs", "en"], "cycle": ["de", "fr", "cs", "en"]}
+PAPER_ORDER = {"triangle": ["de", "fr", "cs"], "square": ["de", "fr", "cs", "en"], "cycle": ["de", "fr", "cs", "en"],
+               "centered-cycle": ["en", "de", "fr", "cs"]}
 
 
 def _cycle(langs: list[str]) -> list[Direction]:
@@ -185,20 +186,29 @@ def condition_directions(condition: str, langs: list[str], central: str | None, 
     * ``cycle``: the one-way cycle over any number (≥ 3) of languages; over 4 it is 4 / 8 and keeps
       the triangle's strict dependence (not the paper's square: ``cll-scale`` called it ``square``
       before 2026-12-05).
+    * ``centered-cycle``: ``centered`` plus the one-way cycle over the other languages in the
+      order given (Multi30k ``en,de,fr,cs``: de→fr, fr→cs, cs→de added): the paper's Table 6 row
+      (2), whose added pairs are one-way; 4 languages: 9 / 3 (fr→de, cs→fr, de→cs stay zero-shot).
     * an explicit list ``de-fr,fr-cs``: exactly those directions.
 
     ``ordered``: ``langs`` are in the order the user chose (``--langs``). Otherwise (the corpus's
     files) a ring takes :data:`PAPER_ORDER` when they are the paper's languages, and is refused
     when they are not, since its zero-shot directions depend on the order.
     """
-    if condition == "centered":
+    if condition in ("centered", "centered-cycle"):
         central = central or ("en" if "en" in langs else None)
         if central is None or central not in langs:
-            raise CorpusError(f"condition 'centered' needs --central, one of {', '.join(langs)}")
+            raise CorpusError(f"condition {condition!r} needs --central, one of {', '.join(langs)}")
         others = [lang for lang in langs if lang != central]
         if not others:
-            raise CorpusError("condition 'centered' needs at least two languages")
+            raise CorpusError(f"condition {condition!r} needs at least two languages")
+        paper = PAPER_ORDER["centered-cycle"]
+        if condition == "centered-cycle" and not ordered and [central, *sorted(others)] == [paper[0], *sorted(paper[1:])]:
+            others = paper[1:]          # the files' order is alphabetical; the cycle takes the paper's
         sup = [Direction(central, x) for x in others] + [Direction(x, central) for x in others]
+        if condition == "centered-cycle":
+            others, _, ring = _ring("cycle", others, None, True)
+            sup += ring
         return [central] + others, central, sup
     if condition in ("triangle", "square", "cycle"):
         return _ring(condition, langs, central, ordered)

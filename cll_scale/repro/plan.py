@@ -10,7 +10,7 @@ from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.run.recipe import TrainConfig, apply_overrides, load_recipe
 from cll_scale.training.precision import ds_config_of, precision, read_ds_config, resolve_ds_config
 
-CONDITIONS = ("centered", "triangle", "square", "cycle")    # cll_scale.data.corpora, paper §4.1
+CONDITIONS = ("centered", "triangle", "square", "cycle", "centered-cycle")    # cll_scale.data.corpora, paper §4.1
 # The recipe families: the study's (issue 20), the diagnostics of issue 34 (small, 2,100 steps,
 # one question per variant; docs/results/triangle-diagnostics.md), and make quickstart's (issue 52).
 SETTINGS = ("small", "paper", "paper_small", "diagnostics", "quickstart")
