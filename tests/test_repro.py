@@ -17,12 +17,13 @@ from tests.conftest import ROOT
 from tests.test_train import ENV
 
 
-@pytest.mark.whole_machine
 @pytest.mark.slow
 def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
+    # A step budget, so that what each model reaches does not depend on how busy the machine is:
+    # the test runs beside others
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
             "--seeds", "1,2", "--parallel", "2",
-            "--minutes-per-model", "0.05", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
+            "--steps-per-model", "10", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
             "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
             "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.batch_tokens=1024",
             "--set", "valid.every=5", "--set", "valid.decode_sentences=3", "--precision", "fp32"]
