@@ -1,5 +1,26 @@
 """cll-scale: multilingual NMT with Central Language-aware Layers, trained with DeepSpeed."""
+import shutil
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+SHIPPED = {"ds_configs": "*.json", "recipes": "*.yaml"}     # cll_scale.core.resources reads them
+
+
+class BuildWithShippedFiles(build_py):
+    """A wheel carries the engine settings and the recipes inside the package
+    (``cll_scale/_shipped/``), where an installed cll-scale finds them; a source checkout reads
+    them at its top."""
+
+    def run(self):
+        super().run()
+        for name, pattern in SHIPPED.items():
+            target = Path(self.build_lib) / "cll_scale" / "_shipped" / name
+            target.mkdir(parents=True, exist_ok=True)
+            for f in sorted(Path(name).glob(pattern)):
+                shutil.copy2(f, target / f.name)
+
 
 setup(
     name="cll-scale",
@@ -33,6 +54,7 @@ setup(
         "demo": ["gradio>=5.0", "gradio_client>=1.0"],
         "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "psutil>=5.9", "transformers>=4.40", "playwright>=1.40"],
     },
+    cmdclass={"build_py": BuildWithShippedFiles},
     entry_points={
         "console_scripts": [
             "cll-shards=data_tools.cli:main",

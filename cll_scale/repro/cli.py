@@ -13,6 +13,7 @@ from cll_scale.model.decoding import DecodeConfig
 from cll_scale.repro import __doc__ as DOC
 from cll_scale.repro.evaluations import EvalSettings
 from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
+from cll_scale.core.resources import shipped
 from cll_scale.repro.scheduler import ROOT
 from cll_scale.repro.study import Reproduction, Study
 from cll_scale.training.precision import PRECISIONS
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(ROOT.parent / "shared" / "data" / "multi30k")))
     p.add_argument("--shards-root", default="runs/repro/shards")
     p.add_argument("--runs-root", default="runs/repro/runs")
-    p.add_argument("--recipes", default=str(ROOT / "recipes"))
+    p.add_argument("--recipes", default=str(shipped("recipes")))
     p.add_argument("--out", default="runs/repro/results",
                    help="where the report goes (the project's own reports: --out docs/results)")
     p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr")

@@ -13,9 +13,9 @@ import torch
 
 from cll_scale.core.hardware import cpu_bf16_speedup
 from cll_scale.core.jsonfiles import read_json_object
+from cll_scale.core.resources import shipped
 
-ROOT = Path(__file__).resolve().parents[2]
-DS_CONFIGS = ROOT / "ds_configs"
+DS_CONFIGS = shipped("ds_configs")
 
 
 def default_ds_config(agree: Callable[[bool], bool] | None = None) -> tuple[Path, str]:
