@@ -14,7 +14,6 @@ from pathlib import Path
 from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, non_negative_int,
                                 print_tables)
 from cll_scale.core.cli import run as cli_run
-from cll_scale.core.compat import upgrade_fine_tuning_settings
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.data.inputs import source_length
@@ -32,6 +31,16 @@ from cll_scale.run.trainer import Trainer
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
 from cll_scale.training.rundir import has_checkpoints
+
+
+# May go in v0.3.0: cll-bt's and cll-extend's settings.json of before the rename called the
+# microbatch budget max_tokens.
+FINE_TUNING_RENAMED = {"max_tokens": "batch_tokens"}
+
+
+def upgrade_fine_tuning_settings(settings: dict) -> dict:
+    """The settings a cll-bt / cll-extend run recorded, under today's names."""
+    return {FINE_TUNING_RENAMED.get(k, k): v for k, v in settings.items()}
 
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
@@ -161,7 +170,7 @@ class Comparison:
     models: dict[str, str | Path]
     data: str | Path
     corpus: str | Path
-    manifest: Manifest | None = None      # data's, when the work holds it already
+    manifest: Manifest | None = None      # data's, as the command read it (rank 0; the others evaluate nothing)
 
 
 def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Callable[[object], Manifest],
@@ -190,9 +199,9 @@ def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Call
 
 
 def before_after(models: dict[str, str | Path], data: str | Path, splits: list[str], test_name: str, beam: int,
-                 max_sentences: int, out: Path, device, manifest: Manifest | None = None) -> dict[str, str]:
-    """Evaluate the starting model and the fine-tuned one on each test split: {split: table}."""
-    manifest = manifest or Manifest.load(data)
+                 max_sentences: int, out: Path, device, manifest: Manifest) -> dict[str, str]:
+    """Evaluate the starting model and the fine-tuned one on each test split: {split: table}
+    (``manifest``: data's, read once by the command)."""
     splits = splits or [n for n, s in manifest.splits.items() if s.role == "test"]
     unknown = [s for s in splits if s not in manifest.splits]
     if unknown:
@@ -202,7 +211,7 @@ def before_after(models: dict[str, str | Path], data: str | Path, splits: list[s
     tables = {}
     with lid_pool() as pool:
         for split in splits:
-            report = compare(translators, pairs_from_shards(data, split), f"{test_name}:{split}", beam,
+            report = compare(translators, pairs_from_shards(data, split, manifest), f"{test_name}:{split}", beam,
                              max_sentences=max_sentences, log=lambda s: print(s, file=sys.stderr), pool=pool)
             tables[split] = write_report(report, out / "eval" / split)
     return tables
