@@ -32,8 +32,8 @@ import torch
 from cll_scale.analysis.attribution import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute,
                                             language_pieces, longest_target, max_steps, prepare, quadrature_bytes,
                                             size_text, step_bytes, summarize, tag_share)
-from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device,
-                                positive_int, run)
+from cll_scale.core.cli import add_debug_argument, echo_command, non_negative_int, parse_models, pick_device, positive_int
+from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     command = echo_command(PROG, argv).strip("`")
     body = attribution_cli if args.analysis == "attribution" else attention_cli
     torch.set_grad_enabled(True)
-    return run(PROG, lambda: body(args, command), args.debug)
+    return run_guarded(PROG, lambda: body(args, command), args.debug)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.core.cli import EXIT_FILES, EXIT_INPUT
+from cll_scale.core.errors import EXIT_FILES, EXIT_INPUT
 from cll_scale.core.outputs import json_text
 from cll_scale.core.settings import coerce_number
 from cll_scale.data.stream import StreamConfig

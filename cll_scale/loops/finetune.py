@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, non_negative_int,
                                 print_tables)
-from cll_scale.core.cli import run as cli_run
+from cll_scale.core.errors import run_guarded
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.data.inputs import source_length
@@ -230,7 +230,7 @@ def build_parser(prog: str, description: str, config_cls) -> argparse.ArgumentPa
 
 def command(prog: str, argv: list[str] | None, parser: argparse.ArgumentParser, config_cls, run) -> int:
     """The ``main`` of a fine-tuning command: build its config from ``argv``, run it (``--restart``),
-    print the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.core.cli.run`)."""
+    print the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.core.errors.run_guarded`)."""
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -238,7 +238,7 @@ def command(prog: str, argv: list[str] | None, parser: argparse.ArgumentParser, 
         if tables:       # rank 0
             print_tables(prog, argv, tables)
         return 0
-    return cli_run(prog, body, args.debug)
+    return run_guarded(prog, body, args.debug)
 
 
 @dataclass(kw_only=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from cll_scale.core import faults
-from cll_scale.core.cli import EXIT_FILES
+from cll_scale.core.errors import EXIT_FILES
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.model.export import ExportInfo, write_export
 from cll_scale.training import collectives
