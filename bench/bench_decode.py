@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_model import make_model, marian_model  # noqa: E402
-from cll_scale.core.cli import pick_device, run  # noqa: E402
+from cll_scale.core.cli import pick_device  # noqa: E402
+from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.model.decoding import DecodeConfig, beam_search  # noqa: E402
 from cll_scale.evaluation.translator import ModelStepper  # noqa: E402
 
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
-    return run("bench_decode", lambda: bench(args))
+    return run_guarded("bench_decode", lambda: bench(args))
 
 
 def bench(args) -> int:

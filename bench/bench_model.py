@@ -56,7 +56,8 @@ from cll_scale.training.metrics import read_rows  # noqa: E402
 import cll_scale.model.model as mm  # noqa: E402
 from cll_scale.model.model import CLLTransformer, label_smoothed_loss, projected_loss, train_flops  # noqa: E402
 from cll_scale.core.hardware import peak_bf16_tflops  # noqa: E402
-from cll_scale.core.cli import pick_device, run as cli_run  # noqa: E402
+from cll_scale.core.cli import pick_device  # noqa: E402
+from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode  # noqa: E402
 
 LANGS16 = ["en", "de", "fr", "cs", "es", "it", "nl", "pt", "ro", "ru", "pl", "sv", "fi", "hu", "el", "tr", "bg"]
@@ -599,7 +600,7 @@ def main(argv=None) -> int:
                    help="GPU dense bf16 peak for MFU (default: the datasheet figure of the device, by name)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
-    return cli_run("bench_model", lambda: bench(args))
+    return run_guarded("bench_model", lambda: bench(args))
 
 
 def bench(args) -> int:

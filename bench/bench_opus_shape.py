@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from cll_scale.training.collectives import free_port  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
-from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
+from cll_scale.evaluation.report import EvalReport  # noqa: E402
+from cll_scale.model.export import ExportInfo  # noqa: E402
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -453,28 +454,28 @@ def train_section(shards: Path, out: Path, steps: int, ckpt: int, eval_sentences
     report["resume_matches"] = {"ok": len(diffs) == steps - ckpt and max(diffs, default=1.0) <= 1e-6,
                                 "steps_compared": len(diffs), "max_abs_loss_diff": max(diffs, default=None)}
     export = split / "export"
-    info = read_json_object(export / "export.json") if (export / "export.json").is_file() else {}
-    report["export"] = {"ok": (export / "model.safetensors").is_file() and info.get("step") == steps,
+    step = ExportInfo.load(export).step if ExportInfo.exists(export) else None
+    report["export"] = {"ok": (export / "model.safetensors").is_file() and step == steps,
                         "bytes": sum(f.stat().st_size for f in export.glob("*") if f.is_file())}
     def evaluate(name: str, *extra: str) -> tuple[list[dict], float, dict]:
         res, wall = run([sys.executable, "-c", EVAL, "--model", f"fcll={export}", "--data", str(shards),
                          "--split", "test", "--beam", "1", "--device", "cpu", "--out", str(split / name), *extra], name)
         result = split / name / "results.json"
-        dirs = read_json_object(result)["models"]["fcll"]["directions"] if res.returncode == 0 and result.is_file() else []
+        dirs = EvalReport.load(result).models["fcll"].directions if res.returncode == 0 and result.is_file() else []
         rss = next((json.loads(x)["eval_rss_mb"] for x in reversed(res.stderr.splitlines())
                     if x.startswith('{"eval_rss_mb"')), {})
         return dirs, wall, rss
     dirs, wall, rss = evaluate("cll-eval", "--directions", "de-fr,fr-de", "--max-sentences", "50", "--lid-workers", "0")
-    report["eval"] = {"ok": sorted(d["direction"] for d in dirs) == ["de-fr", "fr-de"], "wall_s": wall, "rss_mb": rss,
-                      "directions": {d["direction"]: {k: d.get(k) for k in ("n", "bleu", "chrf", "off_target", "off_target_restricted")}
+    report["eval"] = {"ok": sorted(d.direction for d in dirs) == ["de-fr", "fr-de"], "wall_s": wall, "rss_mb": rss,
+                      "directions": {d.direction: {k: getattr(d, k, None) for k in ("n", "bleu", "chrf", "off_target", "off_target_restricted")}
                                      for d in dirs}}
     from cll_scale.data.manifest import Manifest
     manifest = Manifest.load(shards)
     expected = sorted(manifest.splits["test"].directions())
     dirs, wall, rss = evaluate("cll-eval-all", "--max-sentences", str(eval_sentences), "--lid-workers", "1")
-    report["eval_all"] = {"ok": sorted(d["direction"] for d in dirs) == expected, "wall_s": wall, "rss_mb": rss,
+    report["eval_all"] = {"ok": sorted(d.direction for d in dirs) == expected, "wall_s": wall, "rss_mb": rss,
                           "directions": len(dirs), "expected": len(expected), "sentences": eval_sentences,
-                          "zero_shot": sum(manifest.is_zero_shot(d["direction"]) for d in dirs)}
+                          "zero_shot": sum(manifest.is_zero_shot(d.direction) for d in dirs)}
     step_s = [a[s]["elapsed_s"] - a[s - 1]["elapsed_s"] for s in range(3, steps + 1) if s in a and s - 1 in a]
     report["step_s_median"] = sorted(step_s)[len(step_s) // 2] if step_s else None
     report["tokens_per_s_median"] = sorted(a[s]["tokens_per_s"] for s in a)[len(a) // 2] if a else None

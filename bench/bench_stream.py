@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.core.cli import run  # noqa: E402
+from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.data.corpora import read_multiway  # noqa: E402
 
 # A plain `small` FCLL training step (forward, loss, backward, AdamW) on the stream's own batches,
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args(argv)
-    return run("bench_stream", lambda: bench(args))
+    return run_guarded("bench_stream", lambda: bench(args))
 
 
 def bench(args) -> int:

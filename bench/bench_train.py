@@ -49,7 +49,8 @@ from cll_scale.training import collectives  # noqa: E402
 
 from cll_scale.training import engine as ds  # noqa: E402
 from cll_scale.core import hardware  # noqa: E402
-from cll_scale.core.cli import pick_device, run  # noqa: E402
+from cll_scale.core.cli import pick_device  # noqa: E402
+from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.training import precision  # noqa: E402
 from cll_scale.model.model import CLLTransformer, projected_loss  # noqa: E402
 from cll_scale.run.build import build_run  # noqa: E402
@@ -320,7 +321,7 @@ def main(argv=None) -> int:
                    help="trainer part: also profile a block of each side, three times (where the trainer's extra time goes)")
     p.add_argument("--json", help="write the results here too")
     args = p.parse_args(argv)
-    return run("bench_train", lambda: bench(args))
+    return run_guarded("bench_train", lambda: bench(args))
 
 
 def bench(args) -> int:

@@ -77,8 +77,8 @@ if [ "$PARTS" = all ] || [ "$PARTS" = decode ]; then
     --set data.batch_tokens=16000 --set optim.warmup_steps=100 --set valid.every=1000
   step eval_small 120 $PY -m cll_scale.evaluate --model small="$RUN/export" --data "$SHARDS" \
     --split test_2016_flickr --beam 4 --device cuda --out "$OUT_DIR/eval_small"
-  [ -f "$OUT_DIR/eval_small/results.json" ] && $PY -c "import json,sys; r=json.load(open(sys.argv[1])); \
-json.dump({k: v['timing'] for k, v in r['models'].items()}, open(sys.argv[2], 'w'))" \
+  [ -f "$OUT_DIR/eval_small/results.json" ] && $PY -c "import json,sys; from cll_scale.evaluation.report import EvalReport; \
+r=EvalReport.load(sys.argv[1]); json.dump({k: e.timing for k, e in r.models.items()}, open(sys.argv[2], 'w'))" \
     "$OUT_DIR/eval_small/results.json" "$OUT_DIR/eval_small_timing.json"
 fi
 

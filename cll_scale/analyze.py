@@ -32,10 +32,11 @@ import torch
 from cll_scale.analysis.attribution import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute,
                                             language_pieces, longest_target, max_steps, prepare, quadrature_bytes,
                                             size_text, step_bytes, summarize, tag_share)
-from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device,
-                                positive_int, run)
+from cll_scale.core.cli import add_debug_argument, echo_command, non_negative_int, parse_models, pick_device, positive_int
+from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.data.languages import Direction
+from cll_scale.data.manifest import Manifest
 from cll_scale.evaluation.plots import plot_attention, plot_attribution
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
@@ -100,12 +101,17 @@ def check_sentence_flags(args) -> None:
                          f"{tgt}; --tgt-lang goes with --text")
 
 
-def sentences(args, limit: int) -> list[tuple[str, str, str | None]]:
+def data_manifest(args) -> Manifest | None:
+    """The --data manifest, read once by the command and handed to every reader of the shards."""
+    return Manifest.load(args.data) if args.data else None
+
+
+def sentences(args, limit: int, manifest: Manifest | None) -> list[tuple[str, str, str | None]]:
     """(source, target language, reference or None), from --text or --data/--direction (the flags
-    checked by :func:`check_sentence_flags`)."""
+    checked by :func:`check_sentence_flags`; ``manifest``: --data's)."""
     if args.text:
         return [(t, args.tgt_lang, None) for t in args.text[:limit]]
-    pairs = pairs_from_shards(args.data, args.split)
+    pairs = pairs_from_shards(args.data, args.split, manifest)
     if args.direction not in pairs:
         raise ValueError(f"{args.data}: split {args.split} has no direction {args.direction} "
                          f"(it has {', '.join(sorted(pairs))})")
@@ -180,18 +186,19 @@ def attribution_cli(args, command: str) -> int:
     device = pick_device(args.device)
     budget = MemoryBudget.now(device)
     check_steps(args.steps, budget)
+    manifest = data_manifest(args)
     with open_out(args, {"model": args.model}) as out:
-        return attribute_into(out, args, command, budget)
+        return attribute_into(out, args, command, budget, manifest)
 
 
-def attribute_into(out: Path, args, command: str, budget: MemoryBudget) -> int:
-    todo = sentences(args, args.sentences)
+def attribute_into(out: Path, args, command: str, budget: MemoryBudget, manifest: Manifest | None) -> int:
+    todo = sentences(args, args.sentences, manifest)
     translator = load(args.model, args)
     if not translator.model.cfg.cll_layers:
         print(f"{PROG}: {args.model} has no CLL layer: only the FFN's components are attributed", file=sys.stderr)
     texts: dict[str, list[str]] = {}
     if args.data:
-        for direction, (srcs, refs) in pairs_from_shards(args.data, args.split).items():
+        for direction, (srcs, refs) in pairs_from_shards(args.data, args.split, manifest).items():
             src, tgt = Direction.parse(direction)
             texts.setdefault(src, []).extend(srcs)
             texts.setdefault(tgt, []).extend(refs)
@@ -220,12 +227,13 @@ def attribute_into(out: Path, args, command: str, budget: MemoryBudget) -> int:
 def attention_cli(args, command: str) -> int:
     check_sentence_flags(args)
     models = parse_models(args.model)
+    manifest = data_manifest(args)
     with open_out(args, models) as out:
-        return attention_into(out, args, command, models)
+        return attention_into(out, args, command, models, manifest)
 
 
-def attention_into(out: Path, args, command: str, models: dict[str, str]) -> int:
-    todo = sentences(args, args.index + 1)
+def attention_into(out: Path, args, command: str, models: dict[str, str], manifest: Manifest | None) -> int:
+    todo = sentences(args, args.index + 1, manifest)
     if len(todo) <= args.index:
         raise ValueError(f"--index {args.index}: {index_range(args, len(todo))}")
     src, tgt, ref = todo[args.index]
@@ -261,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     command = echo_command(PROG, argv).strip("`")
     body = attribution_cli if args.analysis == "attribution" else attention_cli
     torch.set_grad_enabled(True)
-    return run(PROG, lambda: body(args, command), args.debug)
+    return run_guarded(PROG, lambda: body(args, command), args.debug)
 
 
 if __name__ == "__main__":

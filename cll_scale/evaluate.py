@@ -25,7 +25,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.core.cli import add_debug_argument, non_negative_int, parse_models, pick_device, positive_int, run
+from cll_scale.core.cli import add_debug_argument, non_negative_int, parse_models, pick_device, positive_int
+from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import result_dir
 from cll_scale.evaluation.evaluator import check_file_names, compare
 from cll_scale.evaluation.pool import lid_pool
@@ -90,7 +91,7 @@ def evaluate_cli(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run("cll-eval", lambda: evaluate_cli(args), args.debug)
+    return run_guarded("cll-eval", lambda: evaluate_cli(args), args.debug)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import argparse
 import os
 import sys
 
-from cll_scale.core.cli import add_debug_argument, positive_int, run
+from cll_scale.core.cli import add_debug_argument, positive_int
+from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import json_text
 from cll_scale.model.config import PRESETS
 from cll_scale.run.build import build_run
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         if int(os.environ.get("RANK", 0)) == 0:
             print(json_text(result))
         return 0
-    return run("cll-train", body, args.debug)
+    return run_guarded("cll-train", body, args.debug)
 
 
 if __name__ == "__main__":

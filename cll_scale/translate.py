@@ -12,8 +12,8 @@ import logging
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, flags_of, pick_device,
-                                positive_int, run)
+from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, flags_of, pick_device, positive_int
+from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import OutputError, check_apart, check_file_writable, check_stdin_apart, write_atomic
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
@@ -121,7 +121,7 @@ def translate_cli(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="cll-translate: %(levelname)s: %(message)s")
-    return run("cll-translate", lambda: translate_cli(args), args.debug)
+    return run_guarded("cll-translate", lambda: translate_cli(args), args.debug)
 
 
 if __name__ == "__main__":

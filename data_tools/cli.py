@@ -15,8 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import (EXIT_INPUT, add_config_arguments, add_debug_argument, config_from_args, finite_float,
-                                non_negative_int, run)
+from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, finite_float, non_negative_int
+from cll_scale.core.errors import EXIT_INPUT, run_guarded
 from cll_scale.core.clock import StageClock
 from cll_scale.data.corpora import (CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100,
                                     read_parquet_dir)
@@ -121,7 +121,7 @@ def cmd_verify(args) -> int:
     for p in problems:
         print(f"FAIL {p}", file=sys.stderr)
     n = sum(len(s.shards) for s in manifest.splits.values())
-    if problems:               # damaged input: the exit code of bad input (cll_scale.core.cli)
+    if problems:               # damaged input: the exit code of bad input (cll_scale.core.errors)
         print(f"cll-shards: error: {len(problems)} problem(s) in {args.dir}", file=sys.stderr)
         return EXIT_INPUT
     size = sum(sh.bytes for s in manifest.splits.values() for sh in s.shards)
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run("cll-shards", lambda: args.func(args), args.debug)
+    return run_guarded("cll-shards", lambda: args.func(args), args.debug)
 
 
 if __name__ == "__main__":

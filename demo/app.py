@@ -30,7 +30,8 @@ from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
 
-from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
+from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, positive_int  # noqa: E402
+from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
 from cll_scale.data.manifest import UNSEEN  # noqa: E402
@@ -378,7 +379,7 @@ def launch(args, block: bool = True):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run("cll-demo", lambda: launch(args) and 0, args.debug)
+    return run_guarded("cll-demo", lambda: launch(args) and 0, args.debug)
 
 
 if __name__ == "__main__":

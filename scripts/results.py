@@ -27,6 +27,7 @@ import json
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +43,7 @@ from cll_scale.repro.report import plot_links  # noqa: E402
 from cll_scale.repro.scheduler import train  # noqa: E402
 from cll_scale.run.build import frozen_names  # noqa: E402
 from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
+from cll_scale.training.rundir import RunDir  # noqa: E402
 
 PY = sys.executable
 
@@ -57,26 +59,25 @@ def repro_command(args, condition: str) -> list[str]:
             "--runs-root", str(args.root / "runs"), "--out", str(args.out), "--ablate-lsl"]
 
 
-def evaluation(out: Path, split: str) -> dict:
-    """The report a cll-bt / cll-extend run wrote about itself (before and after); {} if none yet."""
+def evaluation(out: Path, split: str) -> EvalReport | None:
+    """The report a cll-bt / cll-extend run wrote about itself (before and after); None if none yet."""
     path = out / "eval" / split / "results.json"
-    return read_json_object(path) if path.exists() else {}
+    return EvalReport.load(path) if path.exists() else None
 
 
-def merged_table(parts: dict[str, dict], rename: dict[str, str], out: Path, summary=None) -> list[str]:
+def merged_table(parts: dict[str, EvalReport], rename: dict[str, str], out: Path, summary=None) -> list[str]:
     """One table from the runs' own evaluations: every model is decoded once, by the command that
     made it, on the same test set with the same beam. Its JSON and plots go to ``out``, a folder
     beside the markdown file that links them; ``summary(merged)``, when given, comes first."""
-    merged = {}
-    for variant, report in parts.items():
-        merged = merged or {**report, "models": {}}
-        if report["beam"] != merged["beam"]:
-            raise SystemExit(f"{variant}: evaluated with beam {report['beam']}, the others with {merged['beam']}")
-        for name, result in report["models"].items():
-            merged["models"][f"{variant}{rename.get(name, ' ' + name)}"] = result
+    report = None
+    for variant, part in parts.items():
+        report = report or replace(part, models={})
+        if part.beam != report.beam:
+            raise SystemExit(f"{variant}: evaluated with beam {part.beam}, the others with {report.beam}")
+        for name, entry in part.models.items():
+            report.models[f"{variant}{rename.get(name, ' ' + name)}"] = entry
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "results.json", json.dumps(merged, indent=1, ensure_ascii=False))
-    report = EvalReport.from_json(merged)
+    write_atomic(out / "results.json", json.dumps(report.to_json(), indent=1, ensure_ascii=False))
     return [*([summary(report)] if summary else []), markdown(report), *plot_links(report, out)]
 
 
@@ -105,7 +106,7 @@ def frozen_check(out: Path) -> str:
     from safetensors.torch import load_file
     start = load_file(out / "init-export" / "model.safetensors")
     tuned = load_file(chosen_export(out / "run") / "model.safetensors")
-    patterns = read_json_object(out / "run" / "config.json")["train"]["freeze"]
+    patterns = RunDir(out / "run").config()["train"]["freeze"]
     frozen = frozen_names(list(start), patterns)
     if not frozen:
         return "nothing frozen (no LSLs)"
@@ -124,7 +125,7 @@ def backtranslation(args) -> None:
             sys.exit(f"backtranslation: run the 'centered' stage first ({start} missing)")
         out = args.root / "bt" / variant
         parts[variant] = evaluation(out, args.split)
-        if after not in parts[variant].get("models", {}):   # finished runs are not re-evaluated
+        if parts[variant] is None or after not in parts[variant].models:   # finished runs are not re-evaluated
             sh([PY, "-m", "cll_scale.backtranslate", "--model", str(start), "--data", str(shards), "--out", str(out),
                 "--bt-langs", "de,fr,cs", "--epochs", str(args.bt_epochs), "--max-rows", str(args.bt_rows),
                 "--eval-splits", args.split])

@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cll_scale.core.cli import add_debug_argument, run  # noqa: E402
+from cll_scale.core.cli import add_debug_argument  # noqa: E402
+from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.evaluation.pool import lid_pool  # noqa: E402
 from cll_scale.repro.cli import build_parser, study_of  # noqa: E402
 from cll_scale.repro.evaluations import Evaluations  # noqa: E402
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{report}: " + ("byte-identical" if not differ else f"DIFFERS: {', '.join(differ)}"))
             bad += bool(differ)
         return 1 if bad else 0
-    return run(PROG, body, args.debug)
+    return run_guarded(PROG, body, args.debug)
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ def test_a_beam_wider_than_the_vocabulary_is_refused_before_generation(small_mod
     """Issue 66, C: `cll-bt --eval-beam 600` on shards of a smaller vocabulary failed in the
     before/after evaluation, after generation and training. Both beams are checked first."""
     from cll_scale.backtranslate import main
-    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.core.errors import EXIT_INPUT
     from tests.conftest import run_cli
     shards, export = small_model
     vocab = Manifest.load(shards).tokenizer.vocab_size

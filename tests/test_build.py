@@ -306,7 +306,7 @@ def test_an_output_that_cannot_be_written_is_named_by_out_before_the_corpus_is_r
     after that check leaves no folder behind either."""
     import os
     import data_tools.cli
-    from cll_scale.core.cli import EXIT_FILES, EXIT_INPUT
+    from cll_scale.core.errors import EXIT_FILES, EXIT_INPUT
 
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(main, ["build", "--input", "nosuch", "--out", "new/deep/x"], capsys)
@@ -445,7 +445,7 @@ def test_a_ring_built_without_langs_takes_the_papers_order_as_cll_repro_does(sma
     alphabetical order (cs, de, en, fr), so its zero-shot directions (cs-en, de-fr, …) were not
     cll-repro's square (de-cs, fr-en). Without --langs a ring takes the paper's order; other
     languages than the paper's are refused, since the order decides the zero-shot directions."""
-    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.core.errors import EXIT_INPUT
     from cll_scale.repro.scheduler import CONDITION_LANGS       # the order cll-repro builds with
     for condition in ("square", "cycle"):
         repro = read_multiway(small_multiway, condition, langs=CONDITION_LANGS[condition].split(","))
@@ -469,7 +469,7 @@ def test_a_ring_built_without_langs_takes_the_papers_order_as_cll_repro_does(sma
 def test_a_manifest_that_is_not_a_json_object_is_named_by_every_reader(m30k_centered, tmp_path, capsys, content):
     """Issue 66, C: a manifest.json holding `[1,2]` or `null` gave an AttributeError traceback in
     `inspect`, `build --overwrite` and `cll-train --data`. Each now says which file is damaged."""
-    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.core.errors import EXIT_INPUT
     from cll_scale.train import main as train_main
     from tests.test_train import common
     shards = tmp_path / "shards"
@@ -497,7 +497,7 @@ def test_sentencepiece_settings_are_refused_with_their_reason(small_multiway, tm
     """Issue 66, C: `--character-coverage 2`, `--threads 0`, `--vocab-size -5` ended in "could not
     learn a vocabulary of N:" with an empty reason. Each is refused before the corpus is read,
     saying what the setting means."""
-    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.core.errors import EXIT_INPUT
     out = tmp_path / "s"
     code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out), *flags], capsys)
     assert code == EXIT_INPUT and reason in err and "could not learn" not in err, err

@@ -13,10 +13,9 @@ import pytest
 import torch
 
 from cll_scale.core import faults
-from cll_scale.core.compat import upgrade_client_state
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
-from cll_scale.training.checkpointer import Checkpointer, CheckpointError
+from cll_scale.training.checkpointer import Checkpointer, CheckpointError, upgrade_client_state
 from cll_scale.training.optim import GuardedAdamW, OptimConfig
 from cll_scale.training.rundir import (META, CheckpointConfig, checkpoint_problem, checkpoint_world_size, latest_tag,
                                        resumable_tag, tag_for)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.core.cli import EXIT_FILES, EXIT_INPUT
+from cll_scale.core.errors import EXIT_FILES, EXIT_INPUT
 from cll_scale.core.outputs import json_text
 from cll_scale.core.settings import coerce_number
 from cll_scale.data.stream import StreamConfig
@@ -224,7 +224,8 @@ def test_the_names_issue_53_changed_still_work_everywhere_a_user_wrote_them(m30k
     import argparse
 
     from cll_scale.core.cli import add_config_arguments
-    from cll_scale.core.compat import as_first_named, upgrade_fine_tuning_settings
+    from cll_scale.core.compat import as_first_named
+    from cll_scale.loops.finetune import upgrade_fine_tuning_settings
     from cll_scale.data.manifest import Manifest
     from cll_scale.data.shards import BuildConfig
     from cll_scale.loops.backtranslate import BTConfig

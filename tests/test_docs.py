@@ -217,3 +217,71 @@ def test_the_data_directory_and_a_reports_command_line_are_allowed(repo):
           "Command: `cll-repro --multi30k /work/shared/data/multi30k`\n"
           "`make quickstart` reads `../shared/data/multi30k`; the probe caches under `~/.cache/cll-scale/`.\n")
     assert outside_pointers(repo) == []
+
+
+# The README and docs/benchmarks.md state today: no issue numbers (history is CHANGELOG.md's), and
+# every figure of the README's Results section is one of the page it links, as that page gives it.
+
+TODAY_PAGES = ("README.md", "docs/benchmarks.md")
+ISSUE = re.compile(r"\bissues? #?\d+", re.I)
+NUMBER = re.compile(r"(?<![\w.,+-])[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|(?<![\w.,+-])[+-]?\d+(?:\.\d+)?(?![\w])")
+
+
+def issue_numbers(root: Path) -> list[str]:
+    return [f"{page}:{i}: {m.group(0)}" for page in TODAY_PAGES if (root / page).is_file()
+            for i, line in enumerate((root / page).read_text(encoding="utf-8").splitlines(), 1)
+            for m in ISSUE.finditer(line)]
+
+
+def _figures(text: str) -> list[str]:
+    """The numbers a text states, as written (a link's target and inline code left out)."""
+    text = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "", text))
+    return [m.group(0).lstrip("+-") for m in NUMBER.finditer(text)]
+
+
+def _as_given(figure: str, page_figures: set[str]) -> bool:
+    """``figure`` is a figure of the page, or one rounded to as many decimals as it shows."""
+    plain = figure.replace(",", "")
+    decimals = len(plain.partition(".")[2])
+    return any(f"{float(p):.{decimals}f}" == plain for p in page_figures)
+
+
+def unbacked_results(root: Path) -> list[str]:
+    """Each bullet of the README's Results section links the docs/results/ pages it reports; a
+    figure of the bullet that none of them holds is returned (with the bullet's start)."""
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    start = readme.index("\n## Results")
+    section = readme[start:readme.index("\n## ", start + 1)]
+    bullets = [b for b in re.split(r"\n(?=- )", section) if b.startswith("- ")]
+    found = [] if bullets else ["README.md: the Results section has no bullet"]
+    for bullet in bullets:
+        pages = {m for m in re.findall(r"\]\((docs/results/[^)#]+\.md)", bullet)}
+        if not pages:
+            found.append(f"links no docs/results page: {bullet[:60]}")
+            continue
+        held = {p.replace(",", "") for page in pages if (root / page).is_file()
+                for p in _figures((root / page).read_text(encoding="utf-8"))}
+        found += [f"{figure} is in none of {sorted(pages)}: {bullet[:60]}" for figure in _figures(bullet)
+                  if not _as_given(figure, held)]
+    return found
+
+
+def test_the_readme_and_benchmarks_name_no_issue_number():
+    assert issue_numbers(ROOT) == []
+
+
+def test_every_figure_of_the_readmes_results_is_in_the_page_it_links():
+    assert unbacked_results(ROOT) == []
+
+
+def test_an_issue_number_and_a_figure_the_linked_page_lacks_are_caught(repo):
+    (repo / "docs" / "results" / "tri.md").write_text("| Baseline | 91.83% | 4,200 steps |\n", encoding="utf-8")
+    write(repo / "README.md", "\n## Results\n\n- triangle, 4,200 steps: Baseline 91.8% "
+                              "([`tri.md`](docs/results/tri.md))\n\n## Next\n")
+    assert unbacked_results(repo) == [] and issue_numbers(repo) == []
+    write(repo / "README.md", "- square: Baseline 41.2% ([`tri.md`](docs/results/tri.md)), as issue 54 said\n"
+                              "- seeds: 2.8\n")
+    text = (repo / "README.md").read_text(encoding="utf-8")
+    (repo / "README.md").write_text(text.replace("\n## Next\n", "") + "\n## Next\n", encoding="utf-8")
+    assert [x.split(": ", 1)[1] for x in issue_numbers(repo)] == ["issue 54"]
+    assert [p.split(" ")[0] for p in unbacked_results(repo)] == ["41.2", "54", "links"]

@@ -162,7 +162,7 @@ def test_the_pretraining_schedule_is_found_beside_the_export_or_refused_before_a
     directory the export sits in; when there is none the refusal comes before any work, so the
     rerun with --lr is a fresh run."""
     import shutil
-    from cll_scale.core.cli import EXIT_INPUT
+    from cll_scale.core.errors import EXIT_INPUT
     from cll_scale.extend import main
     from cll_scale.loops.extend import ExtendConfig, check_inputs, pretrain_schedule
     from tests.conftest import run_cli

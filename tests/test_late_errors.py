@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from cll_scale.core.cli import EXIT_INPUT
+from cll_scale.core.errors import EXIT_INPUT
 from cll_scale.core.outputs import OutputError
 from tests.test_misuse import cli
 from tests.test_train import common, losses

@@ -31,6 +31,13 @@ LAYERS = (
 )
 NAMES = [name for name, _ in LAYERS]
 
+# The reaches up that no import shows: a module that starts another one as a process
+# (``python -m target``). Each is drawn here, with why; any other is refused like an import up.
+PROCESS_REACHES = {
+    ("cll_scale.repro.scheduler", "data_tools"): "cll-repro builds a study's shards with cll-shards",
+    ("cll_scale.repro.scheduler", "cll_scale.train"): "cll-repro trains each model with cll-train, in its own process",
+}
+
 
 def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"))
@@ -89,6 +96,53 @@ def test_no_import_runs_up_a_layer():
           for target in imports_of(path) if target.startswith("cll_scale") and target != "cll_scale"
           and layer_of(target) > layer_of(_module(path))]
     assert not up, up
+
+
+def started_modules(path: Path) -> set[str]:
+    """The modules ``path`` starts as processes: each ``"-m", "<module>"`` pair in a list or tuple."""
+    out = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            items = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            out |= {target for flag, target in zip(items, items[1:]) if flag == "-m" and isinstance(target, str)}
+    return out
+
+
+def looked_up_modules(path: Path) -> set[str]:
+    """The modules ``path`` takes from ``sys.modules`` by name (an import that the import test
+    cannot see)."""
+    out = set()
+    for node in ast.walk(_tree(path)):
+        target = node.value if isinstance(node, ast.Subscript) else node.func.value \
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" else None
+        key = node.slice if isinstance(node, ast.Subscript) else node.args[0] if target is not None and node.args else None
+        if (isinstance(target, ast.Attribute) and target.attr == "modules" and isinstance(target.value, ast.Name)
+                and target.value.id == "sys" and isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            out.add(key.value)
+    return out
+
+
+def test_no_process_or_module_lookup_reaches_up_a_layer_unless_drawn():
+    """``python -m`` and ``sys.modules[...]`` reach a module without importing it: each one up a
+    layer, or into data_tools, is either in PROCESS_REACHES or refused; and each drawn reach is
+    still there (a list that outlives its code would hide the next one)."""
+    found = set()
+    for path in package_modules():
+        module = _module(path)
+        for target in started_modules(path) | looked_up_modules(path):
+            ours = target.split(".")[0] in ("cll_scale", "data_tools", "demo")
+            up = ours and (not target.startswith("cll_scale") or layer_of(target) > layer_of(module))
+            if up:
+                found.add((module, target))
+    assert found == set(PROCESS_REACHES), found ^ set(PROCESS_REACHES)
+
+
+def test_the_reach_detectors_see_what_they_look_for(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('import sys\ncmd = [sys.executable, "-m", "data_tools", "build"]\n'
+                     'm = sys.modules.get("cll_scale.training.collectives")\nn = sys.modules["cll_scale.run"]\n')
+    assert started_modules(probe) == {"data_tools"}
+    assert looked_up_modules(probe) == {"cll_scale.training.collectives", "cll_scale.run"}
 
 
 def test_the_settings_helpers_are_a_leaf_and_cll_scale_never_imports_data_tools_or_demo():

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cll_scale.core.cli import EXIT_DEVICE, EXIT_FILES, EXIT_INPUT
+from cll_scale.core.errors import EXIT_DEVICE, EXIT_FILES, EXIT_INPUT
 from tests.conftest import ROOT, run_cli
 from tests.test_train import ENV, common, losses
 

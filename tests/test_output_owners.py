@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cll_scale.core.cli import EXIT_INPUT
+from cll_scale.core.errors import EXIT_INPUT
 from cll_scale.core.outputs import (DirLock, OutputError, atomic_dir, check_apart, check_owner, directory_owner,
                                     share_modes)
 from tests.conftest import run_cli
@@ -241,7 +241,7 @@ def test_an_unwritable_output_is_refused_before_any_work(tiny_export, m30k_cente
     way refuses the directory to every user (root included, whom neither chmod nor, in most
     containers, chattr stops); a read-only folder only to one who is not root."""
     from cll_scale.analyze import main as analyze_main
-    from cll_scale.core.cli import EXIT_FILES
+    from cll_scale.core.errors import EXIT_FILES
     from cll_scale.evaluate import main as eval_main
     from cll_scale.evaluation.translator import Translator
     monkeypatch.setattr(Translator, "load", lambda *a, **k: pytest.fail("a model was loaded before the refusal"))

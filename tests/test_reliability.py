@@ -190,7 +190,7 @@ def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, 
                           *common(m30k_centered, run, 8, "--set", "checkpoint.export=false"), "--resume"],
                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600,
                          preexec_fn=_file_size_limit(1_000_000))
-    assert res.returncode == 3, res.stderr[-2000:]      # the file system refused (cll_scale.core.cli)
+    assert res.returncode == 3, res.stderr[-2000:]      # the file system refused (cll_scale.core.errors)
     assert "saving the step 8 checkpoint" in res.stderr and "step00000004 is intact" in res.stderr
     assert (run / "checkpoints" / "latest").read_text() == "step00000004"
     res = cll_train(*common(m30k_centered, run, 8, "--set", "checkpoint.export=false"), "--resume")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cll_scale.core.cli import EXIT_INPUT
+from cll_scale.core.errors import EXIT_INPUT
 from tests.conftest import ROOT
 from tests.test_misuse import one_line_error
 from tests.test_train import ENV

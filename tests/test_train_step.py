@@ -79,7 +79,7 @@ def test_out_of_memory_in_a_row_ends_the_run_with_one_line(m30k_centered, tmp_pa
     res = subprocess.run([sys.executable, "-m", "cll_scale.train",
                           *common(m30k_centered, tmp_path / "run", 20, "--set", "train.max_skips_in_a_row=3")],
                          cwd=ROOT, env=dict(ENV, CLL_FAULT="oom@3x10"), capture_output=True, text=True, timeout=600)
-    assert res.returncode == 5, res.stderr[-3000:]          # training diverged (cll_scale.core.cli)
+    assert res.returncode == 5, res.stderr[-3000:]          # training diverged (cll_scale.core.errors)
     assert "cll-train: error: 3 steps in a row skipped" in res.stderr and "up to step 5" in res.stderr
     assert "Traceback" not in res.stderr and res.stderr.count("out of memory on a") == 3
 

@@ -266,7 +266,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_translating(tiny_exp
     failed naming a temporary file. The folder is tried first (a 0555 folder stops all but root;
     /sys stops root too), and the refusal names --output as given."""
     import os
-    from cll_scale.core.cli import EXIT_FILES
+    from cll_scale.core.errors import EXIT_FILES
     from cll_scale.evaluation.translator import Translator
     from cll_scale.translate import main
     from tests.conftest import run_cli

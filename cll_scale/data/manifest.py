@@ -18,13 +18,23 @@ from pathlib import Path
 import pyarrow as pa
 
 from cll_scale.core.outputs import json_text, write_atomic
-from cll_scale.core.compat import upgrade_manifest
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.data.languages import Direction
 
-SCHEMA_VERSION = 2             # 2: max_length (version 1 called it max_tokens; read through core.compat)
+SCHEMA_VERSION = 2             # 2: max_length (version 1 called it max_tokens; read through upgrade_manifest)
 MANIFEST = "manifest.json"
 SUPERVISED, ZERO_SHOT, UNSEEN = "supervised", "zero-shot", "unseen"     # Manifest.kind
+
+
+# May go in v0.3.0: manifests of schema version 1 called the shards' length filter max_tokens.
+MANIFEST_RENAMED = {"max_tokens": "max_length"}
+
+
+def upgrade_manifest(d: dict) -> dict:
+    """A shard manifest in schema version 2."""
+    if d.get("schema_version") != 1:
+        return dict(d)
+    return {**{MANIFEST_RENAMED.get(k, k): v for k, v in d.items()}, "schema_version": 2}
 
 
 class ManifestError(ValueError):

@@ -42,7 +42,6 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from cll_scale.core.compat import upgrade_stream_state
 from cll_scale.core.settings import setting
 from cll_scale.data.inputs import padded_rows, source_length, target_length
 from cll_scale.data.languages import Direction
@@ -53,6 +52,12 @@ STATE_VERSION = 1             # ``mixing: direction``; the mixed stream's states
 MIXED_STATE_VERSION = 2
 MIXINGS = ("mixed", "direction")
 VERIFY = ("full", "size", "none")
+
+
+# May go in v0.2.0: stream positions saved before ``pool_blocks`` was recorded (every pool held
+# ``pool_blocks`` blocks then, whatever the row budget).
+def upgrade_stream_state(state: dict, pool_blocks: int) -> dict:
+    return {"pool_blocks": pool_blocks, **state}
 
 
 @dataclass

@@ -32,8 +32,6 @@ import sentencepiece as spm
 import torch
 
 from cll_scale.core.cli import csv_list
-from cll_scale.core.compat import upgrade
-from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.data.corpora import read_multiway
 from cll_scale.data.languages import Direction, LanguageError, check_language
@@ -43,11 +41,10 @@ from cll_scale.data.spm_extend import extend_sentencepiece
 from cll_scale.loops import finetune
 from cll_scale.loops.finetune import Comparison, FineTuneSettings, check_fine_tuning_inputs, fine_tuning_recipe
 from cll_scale.model.config import ModelConfig
-from cll_scale.model.export import export_lang_tag, load_export, write_export
+from cll_scale.model.export import ExportInfo, export_lang_tag, export_model_config, load_export, write_export
 from cll_scale.model.model import CLLTransformer
 from cll_scale.training import collectives
-from cll_scale.training.metrics import read_rows
-from cll_scale.training.rundir import chosen_export
+from cll_scale.training.rundir import RunDir, chosen_export
 
 @dataclass
 class ExtendConfig(FineTuneSettings):
@@ -143,12 +140,13 @@ def check_inputs(cfg: ExtendConfig) -> Manifest:
     return old
 
 
-def build_data(cfg: ExtendConfig, old: Manifest) -> Path:
-    """``out/data``: old shards + the new language's, one manifest, the extended vocabulary."""
+def build_data(cfg: ExtendConfig, old: Manifest) -> tuple[Path, Manifest]:
+    """``out/data``: old shards + the new language's, one manifest, the extended vocabulary; and
+    that manifest, which the rest of the command is handed."""
     out, data = Path(cfg.out), Path(cfg.data)
     final = out / "data"
     if (final / "manifest.json").exists():
-        return final
+        return final, Manifest.load(final)
     corpus = new_language_corpus(cfg, old)
     train = next(s for s in corpus.splits if s.name == "train")
     new_texts = [t for _, chunk in train.read_chunks(8192) for t in chunk[cfg.lang]]
@@ -176,7 +174,7 @@ def build_data(cfg: ExtendConfig, old: Manifest) -> Path:
         link_shards(merged, [(data, [s for x in old.splits.values() for s in x.shards]),
                              (new_dir, [s for x in new.splits.values() for s in x.shards])],
                     tmp, out / "spm.model")
-    return final
+    return final, Manifest.load(final)
 
 
 # -- 3: the model ----------------------------------------------------------------------------------
@@ -215,51 +213,50 @@ def old_cll_patterns(cfg: ModelConfig, new_lang: str) -> list[str]:
             if cfg.cll_layers else [])
 
 
-def build_init_export(cfg: ExtendConfig, data: Path) -> Path:
+def build_init_export(cfg: ExtendConfig, data: Path, manifest: Manifest) -> Path:
     out = Path(cfg.out) / "init-export"
-    if (out / "export.json").exists():
+    if ExportInfo.exists(out):
         return out
     model, _ = load_export(cfg.model)
-    manifest = Manifest.load(data)
     grown = grow_model(model, cfg.lang, manifest.tokenizer.vocab_size, cfg.noise, cfg.seed)
     write_export(out, grown.state_dict(), grown.cfg, data,
                  {"extended_from": cfg.model, "lang": cfg.lang, "pretrain": pretrain_schedule(cfg.model),
-                  "lang_tag": export_lang_tag(cfg.model)})
+                  "lang_tag": export_lang_tag(cfg.model)}, manifest)
     return out
 
 
 def pretrain_schedule(export: str | Path) -> dict:
     """Peak LR, warm-up and steps of the pre-training run behind an export (its run directory
     keeps the resolved config): extension continues that schedule. ``{}`` when it is unknown."""
-    info = read_json_object(Path(export) / "export.json")
-    if "pretrain" in info:
-        return info["pretrain"]
-    config = _run_config(Path(export), info.get("run_dir", ""))
-    if config is None:
+    info = ExportInfo.load(export)
+    if info.pretrain is not None:
+        return info.pretrain
+    run = _run_of(Path(export), info.run_dir)
+    if run is None:
         return {}
-    optim = upgrade(read_json_object(config))["optim"]      # runs of before the sections too
-    return {"lr": optim["lr"], "warmup_steps": optim["warmup_steps"], "step": info.get("step", 0)}
+    optim = run.config()["optim"]           # runs of before the sections too
+    return {"lr": optim["lr"], "warmup_steps": optim["warmup_steps"], "step": info.step or 0}
 
 
-def _run_config(export: Path, run_dir: str) -> Path | None:
-    """The config.json of the run that wrote ``export``. cll-train writes an export inside its run
-    directory (``export/``, ``export-best/``), so the export's own folder is asked first: the
-    ``run_dir`` recorded is as typed, and a relative one means nothing from another directory."""
+def _run_of(export: Path, run_dir: str) -> RunDir | None:
+    """The run that wrote ``export``, if its config.json is there. cll-train writes an export inside
+    its run directory (``export/``, ``export-best/``), so the export's own folder is asked first:
+    the ``run_dir`` recorded is as typed, and a relative one means nothing from another directory."""
     here = export.resolve()
     candidates = [here.parent] if here.name.startswith("export") else []
     candidates += [Path(run_dir)] if run_dir else []
-    return next((c / "config.json" for c in candidates if (c / "config.json").is_file()), None)
+    return next((RunDir(c) for c in candidates if RunDir(c).has_config()), None)
 
 
 # -- 4 + 5: fine-tune and evaluate ---------------------------------------------------------------
 
 def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
-    sched = read_json_object(init / "export.json")["pretrain"]
+    sched = ExportInfo.load(init).pretrain
     if cfg.lr:
         sched = {"lr": cfg.lr, "warmup_steps": 0, "step": 0}
     elif not sched:         # check_inputs refuses this before any work; an init-export of before may lack it
         raise ValueError(f"{cfg.model}: its pre-training schedule is unknown (no run config.json); pass --lr")
-    frozen = old_cll_patterns(ModelConfig.from_json(read_json_object(init / "model_config.json")),
+    frozen = old_cll_patterns(ModelConfig.from_json(export_model_config(init)),
                               cfg.lang) + cfg.freeze
     run = Path(cfg.out) / "run"
     optim = {"lr": sched["lr"], "warmup_steps": sched["warmup_steps"], "schedule_offset": sched["step"]}
@@ -271,7 +268,7 @@ def fine_tune(cfg: ExtendConfig, data: Path, init: Path) -> Path:
 def check_steps(cfg: ExtendConfig, restart: bool) -> Manifest:
     """:func:`check_inputs`, and, for a rerun, that it asks no fewer steps than its run has trained."""
     old = check_inputs(cfg)
-    trained = [row["step"] for row in read_rows(Path(cfg.out) / "run" / "metrics.jsonl") if "loss" in row]
+    trained = [row["step"] for row in RunDir(Path(cfg.out) / "run").metrics() if "loss" in row]
     finetune.check_not_cut_back("--max-steps", cfg.max_steps, trained[-1] if trained else 0, cfg.out,
                                 "fine-tuning steps", restart)
     return old
@@ -286,10 +283,11 @@ def run(cfg: ExtendConfig, restart: bool = False) -> dict[str, str]:
 def extend(cfg: ExtendConfig, old: Manifest, rank: int) -> Comparison:
     """Build the merged data and the grown model once (rank 0; the others wait), then fine-tune."""
     out = Path(cfg.out)
-    data, init = out / "data", out / "init-export"
+    data, init, manifest = out / "data", out / "init-export", None
     if rank == 0:
-        data = build_data(cfg, old)
-        init = build_init_export(cfg, data)
+        data, manifest = build_data(cfg, old)
+        init = build_init_export(cfg, data, manifest)
     collectives.barrier()
-    return Comparison({"original": cfg.model, f"+{cfg.lang}": fine_tune(cfg, data, init)}, data, cfg.corpus)
+    return Comparison({"original": cfg.model, f"+{cfg.lang}": fine_tune(cfg, data, init)}, data, cfg.corpus,
+                      manifest)
 

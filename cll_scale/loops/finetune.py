@@ -13,8 +13,7 @@ from pathlib import Path
 
 from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, non_negative_int,
                                 print_tables)
-from cll_scale.core.cli import run as cli_run
-from cll_scale.core.compat import upgrade_fine_tuning_settings
+from cll_scale.core.errors import run_guarded
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.data.inputs import source_length
@@ -32,6 +31,16 @@ from cll_scale.run.trainer import Trainer
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
 from cll_scale.training.rundir import has_checkpoints
+
+
+# May go in v0.3.0: cll-bt's and cll-extend's settings.json of before the rename called the
+# microbatch budget max_tokens.
+FINE_TUNING_RENAMED = {"max_tokens": "batch_tokens"}
+
+
+def upgrade_fine_tuning_settings(settings: dict) -> dict:
+    """The settings a cll-bt / cll-extend run recorded, under today's names."""
+    return {FINE_TUNING_RENAMED.get(k, k): v for k, v in settings.items()}
 
 
 def record_settings(out: Path, prog: str, settings: dict, may_change: set[str], restart: bool,
@@ -161,7 +170,7 @@ class Comparison:
     models: dict[str, str | Path]
     data: str | Path
     corpus: str | Path
-    manifest: Manifest | None = None      # data's, when the work holds it already
+    manifest: Manifest | None = None      # data's, as the command read it (rank 0; the others evaluate nothing)
 
 
 def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Callable[[object], Manifest],
@@ -190,9 +199,9 @@ def run_command(prog: str, cfg, restart: bool, may_change: set[str], check: Call
 
 
 def before_after(models: dict[str, str | Path], data: str | Path, splits: list[str], test_name: str, beam: int,
-                 max_sentences: int, out: Path, device, manifest: Manifest | None = None) -> dict[str, str]:
-    """Evaluate the starting model and the fine-tuned one on each test split: {split: table}."""
-    manifest = manifest or Manifest.load(data)
+                 max_sentences: int, out: Path, device, manifest: Manifest) -> dict[str, str]:
+    """Evaluate the starting model and the fine-tuned one on each test split: {split: table}
+    (``manifest``: data's, read once by the command)."""
     splits = splits or [n for n, s in manifest.splits.items() if s.role == "test"]
     unknown = [s for s in splits if s not in manifest.splits]
     if unknown:
@@ -202,7 +211,7 @@ def before_after(models: dict[str, str | Path], data: str | Path, splits: list[s
     tables = {}
     with lid_pool() as pool:
         for split in splits:
-            report = compare(translators, pairs_from_shards(data, split), f"{test_name}:{split}", beam,
+            report = compare(translators, pairs_from_shards(data, split, manifest), f"{test_name}:{split}", beam,
                              max_sentences=max_sentences, log=lambda s: print(s, file=sys.stderr), pool=pool)
             tables[split] = write_report(report, out / "eval" / split)
     return tables
@@ -221,7 +230,7 @@ def build_parser(prog: str, description: str, config_cls) -> argparse.ArgumentPa
 
 def command(prog: str, argv: list[str] | None, parser: argparse.ArgumentParser, config_cls, run) -> int:
     """The ``main`` of a fine-tuning command: build its config from ``argv``, run it (``--restart``),
-    print the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.core.cli.run`)."""
+    print the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.core.errors.run_guarded`)."""
     args = parser.parse_args(argv)
 
     def body() -> int:
@@ -229,7 +238,7 @@ def command(prog: str, argv: list[str] | None, parser: argparse.ArgumentParser, 
         if tables:       # rank 0
             print_tables(prog, argv, tables)
         return 0
-    return cli_run(prog, body, args.debug)
+    return run_guarded(prog, body, args.debug)
 
 
 @dataclass(kw_only=True)

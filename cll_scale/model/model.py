@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from cll_scale.core.compat import pack_per_layer_lsl
 from cll_scale.model.config import ModelConfig
 
 
@@ -565,8 +564,24 @@ def train_flops(cfg: ModelConfig, rows: int, src_len: int, tgt_len: int) -> floa
 
 
 def _read_old_layouts(state_dict, prefix, *_):
-    """Exports of earlier layouts load too (:mod:`cll_scale.core.compat`)."""
+    """Exports of earlier layouts load too (:func:`pack_per_layer_lsl`)."""
     pack_per_layer_lsl(state_dict, prefix)
+
+
+# May go in v0.2.0: exports written before the LSLs moved into one Parameter per language.
+def pack_per_layer_lsl(state_dict: dict, prefix: str = "") -> None:
+    """Pack the per-layer LSL tensors of such an export (``decoder.{i}.ffn.{w1,b1,w2,b2,t}.{slot}``)
+    into ``lsl.{slot}``, in place, so that it still loads (a ``load_state_dict`` pre-hook)."""
+    old = sorted({k for k in state_dict if k.startswith(prefix + "decoder.")
+                  and k.rsplit(".", 2)[-2] in ("w1", "b1", "w2", "b2", "t") and ".ffn." in k})
+    if not old:
+        return
+    slots = sorted({int(k.rsplit(".", 1)[1]) for k in old})
+    layers = sorted({int(k[len(prefix) + len("decoder."):].split(".")[0]) for k in old})
+    for slot in slots:
+        parts = [state_dict.pop(f"{prefix}decoder.{i}.ffn.{name}.{slot}").reshape(-1)
+                 for i in layers for name in ("w1", "b1", "w2", "b2", "t")]
+        state_dict[f"{prefix}lsl.{slot}"] = torch.cat(parts)
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cll_scale.core.compat import upgrade
-from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, is_record
+from cll_scale.training.rundir import RunDir
 
 
 def trained_budget(run_dir: Path) -> Budget | None:
     """The budget a run directory's last sitting trained under (its config.json's max_steps and
     max_minutes, which cll-repro sets from its budget); None without a config.json."""
-    path = run_dir / "config.json"
-    if not path.is_file():
+    if not RunDir(run_dir).has_config():
         return None
-    train = upgrade(read_json_object(path)).get("train", {})
+    train = RunDir(run_dir).config().get("train", {})
     return Budget(int(train.get("max_steps") or 0), float(train.get("max_minutes") or 0.0))
 
 

@@ -7,7 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import add_debug_argument, csv_list, non_negative_float, non_negative_int, positive_int, run
+from cll_scale.core.cli import add_debug_argument, csv_list, non_negative_float, non_negative_int, positive_int
+from cll_scale.core.errors import run_guarded
 from cll_scale.evaluation.scoring import add_lid_arguments
 from cll_scale.model.decoding import DecodeConfig
 from cll_scale.repro import __doc__ as DOC
@@ -103,4 +104,4 @@ def reproduce(study: Study) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run("cll-repro", lambda: reproduce(study_of(args, argv)), args.debug)
+    return run_guarded("cll-repro", lambda: reproduce(study_of(args, argv)), args.debug)

@@ -8,20 +8,19 @@ import shutil
 import sys
 from pathlib import Path
 
-from cll_scale.core.compat import RULES, as_first_named, upgrade, upgrade_override
+from cll_scale.core.compat import RULES, as_first_named, upgrade_override
 from cll_scale.core.hardware import hardware
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.repro.plan import Budget
 from cll_scale.run.recipe import SECTIONS, TrainConfig, apply_overrides, load_recipe, named_rules, training_rules
-from cll_scale.training.metrics import read_rows
+from cll_scale.model.export import ExportInfo
 from cll_scale.training.precision import trained_precision
-from cll_scale.training.rundir import BEST_EXPORT, chosen_export
+from cll_scale.training.rundir import BEST_EXPORT, CONFIG, METRICS, RunDir, chosen_export
 
 # What a record keeps of a finished run: everything the report and the evaluation cache read,
 # without the weights and checkpoints (about 100 MB a `small` model).
-RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "export/export.json",
-                f"{BEST_EXPORT}/export.json")
+RECORD_FILES = (METRICS, CONFIG, "ds_config.json", "git.txt", "export/export.json", f"{BEST_EXPORT}/export.json")
 RECORD = "record.json"
 # Train settings that cll-repro sets per run, through its budget and its --precision (the precision
 # an engine settings file names is compared on its own, check_one_precision).
@@ -35,9 +34,9 @@ def last_train_row(rows: list[dict]) -> dict:
 
 def run_state(run_dir: Path) -> dict:
     """Where a run stands: its last metrics line and whether the export is current."""
-    last = last_train_row(read_rows(run_dir / "metrics.jsonl"))
-    export = run_dir / "export" / "export.json"
-    exported_step = read_json_object(export).get("step") if export.exists() else None
+    last = last_train_row(RunDir(run_dir).metrics())
+    export = run_dir / "export"
+    exported_step = ExportInfo.load(export).step if ExportInfo.exists(export) else None
     return {"last": last, "exported_step": exported_step}
 
 
@@ -109,7 +108,7 @@ def use_records(runs: dict[str, Path], identities: dict[str, dict], records: Pat
     for name, run_dir in runs.items():
         record = records / run_dir.name
         chosen[name] = run_dir
-        if (run_dir / "metrics.jsonl").exists() or not is_record(record):
+        if RunDir(run_dir).has_metrics() or not is_record(record):
             continue
         kept = read_json_object(record / RECORD)
         trained = recorded_rules(record)
@@ -131,10 +130,9 @@ def recorded_differences(run_dir: Path, recipe: Path, overrides: list[str]) -> l
     """What the recipe and overrides ask that the run (or record) in ``run_dir`` was not trained
     with, read from its config.json: a rerun with another ``--set`` must not report a model
     under settings it never had."""
-    path = run_dir / "config.json"
-    if not path.is_file():
+    if not RunDir(run_dir).has_config():
         return []
-    trained = upgrade(read_json_object(path))       # a run of before the sections reads the same
+    trained = RunDir(run_dir).config()              # a run of before the sections reads the same
     wanted = apply_overrides(load_recipe(recipe), list(overrides))       # both map moved settings
     diff = []
     for section in SECTIONS:
@@ -170,8 +168,7 @@ def recipe_rules(recipe: Path, overrides: list[str]) -> tuple[dict[str, object],
 
 def recorded_rules(run_dir: Path) -> dict[str, object]:
     """The training rules a run (or record) was trained with, from its config.json (core.compat.LEGACY)."""
-    path = run_dir / "config.json"
-    return training_rules(read_json_object(path) if path.is_file() else {}, recorded=True)
+    return training_rules(RunDir(run_dir).config(), recorded=True)
 
 
 def _as_number(value):
@@ -228,7 +225,7 @@ def check_one_rule(runs: dict[str, Path], rules: dict[str, tuple[dict, dict]], p
     name neither rule, so a study begun under the old defaults and continued today would
     otherwise average seeds of two rules without a word. ``rules``: each model's
     :func:`recipe_rules`; ``planned``: the models this sitting trains or resumes."""
-    trained = {name: recorded_rules(d) for name, d in runs.items() if (d / "config.json").is_file()}
+    trained = {name: recorded_rules(d) for name, d in runs.items() if RunDir(d).has_config()}
     problems, fix = [], {}
     for key in RULES:
         values: dict[object, list[str]] = {}

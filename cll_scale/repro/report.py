@@ -6,17 +6,16 @@ import statistics
 from pathlib import Path
 
 from cll_scale.core.hardware import hardware
-from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import write_atomic
 from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED
 from cll_scale.evaluation.plots import (plot_bleu_offtarget, plot_cll_layers, plot_t_weights,
                                         plot_validation_over_training)
 from cll_scale.evaluation.report import EvalReport, markdown
 from cll_scale.repro.plan import Budget
+from cll_scale.model.export import ExportInfo
 from cll_scale.repro.records import last_train_row, trained_on
-from cll_scale.training.metrics import read_rows
 from cll_scale.training.precision import trained_precision
-from cll_scale.training.rundir import chosen_export
+from cll_scale.training.rundir import RunDir
 
 
 def plot_links(report: EvalReport, figs: Path, prefix: str = "") -> list[str]:
@@ -58,7 +57,7 @@ def training_table(runs: dict[str, Path], metrics: dict[str, list[dict]], machin
         lines.append(f"| {name} | {last.get('step', 0)} | {last.get('epoch', 0):.2f} | {last.get('tokens_seen', 0):,} "
                      f"| {last.get('elapsed_s', 0) / 60:.1f} | {last.get('nll', float('nan')):.3f} | "
                      f"{valid[-1]['valid_nll'] if valid else float('nan'):.3f} | "
-                     f"{read_json_object(chosen_export(run_dir) / 'export.json')['step']} |"
+                     f"{ExportInfo.load(RunDir(run_dir).export()).step} |"
                      + (f" {machines[name]} |" if machines else ""))
     return lines
 
@@ -74,7 +73,7 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
             else "same seed, data order and settings for every model")
     here = hardware()
     machines = {name: f"{trained_on(d, here)}; {trained_precision(d) or '?'}" for name, d in runs.items()}
-    metrics = {name: read_rows(d / "metrics.jsonl") for name, d in runs.items()}
+    metrics = {name: RunDir(d).metrics() for name, d in runs.items()}
     one_machine = len(set(machines.values())) == 1
     lines = [f"# Multi30k, {condition} condition: Baseline vs CLL", "",
              f"Command: `{command}`", "",

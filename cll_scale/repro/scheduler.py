@@ -13,7 +13,7 @@ from cll_scale.data.corpora import PAPER_ORDER, read_multiway
 from cll_scale.data.shards import BuildConfig, kept_build
 from cll_scale.repro.plan import Budget
 from cll_scale.repro.records import finished, last_train_row, run_state
-from cll_scale.training.metrics import read_rows
+from cll_scale.training.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 # The languages of the non-centered conditions, in the order that makes their directions (paper
@@ -163,7 +163,7 @@ class Progress:
         now = time.monotonic()
         lines = not self.tty and (ended is not None or now - self.last_line >= self.every_s)
         for name, run_dir in running:
-            row = last_train_row(read_rows(run_dir / "metrics.jsonl", warn=ended is not None))
+            row = last_train_row(RunDir(run_dir).metrics(warn=ended is not None))
             step, elapsed = row.get("step", 0), row.get("elapsed_s", 0.0)
             left = self.left(name, step, elapsed) if row else None
             eta = ended if ended is not None else "time left: measuring" if left is None else \

@@ -16,9 +16,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from cll_scale.core.compat import LEGACY, LEGACY_MODEL, upgrade
+from cll_scale.core.compat import LEGACY, LEGACY_MODEL
 from cll_scale.core.hardware import available_memory, cpu_bf16_speedup, size_text
-from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.core.settings import default_of
 from cll_scale.data.manifest import Manifest
@@ -33,7 +32,7 @@ from cll_scale.training.checkpointer import Checkpointer
 from cll_scale.training.metrics import MetricsLogger, device_peak_tflops
 from cll_scale.training.optim import GuardedAdamW
 from cll_scale.training.precision import precision, read_ds_config, resolve_ds_config
-from cll_scale.training.rundir import git_commit
+from cll_scale.training.rundir import RunDir, git_commit
 from cll_scale.training.validator import Validator
 
 
@@ -373,10 +372,9 @@ def check_recorded_settings(run_dir: Path, cfg: RunConfig) -> None:
     outside :data:`MAY_CHANGE_ON_RESUME` that differs from the run's config.json (another
     preset, other shards' vocabulary or languages, another schedule, microbatch, data selection
     or input format) is refused before anything is loaded, so config.json never records it."""
-    path = run_dir / "config.json"
-    if not path.is_file():
+    if not RunDir(run_dir).has_config():
         return
-    config = upgrade(read_json_object(path))          # runs of before the sections read the same
+    config = RunDir(run_dir).config()                 # runs of before the sections read the same
     recorded = {**LEGACY_MODEL, **config.get("model", {})}
     now = cfg.model.to_json()
     diff = [f"model.{k}={recorded[k]!r} (now {now[k]!r})" for k in sorted(now)

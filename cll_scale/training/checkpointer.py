@@ -16,15 +16,26 @@ from pathlib import Path
 import torch
 
 from cll_scale.core import faults
-from cll_scale.core.cli import EXIT_FILES
-from cll_scale.core.compat import upgrade_client_state
-from cll_scale.core.jsonfiles import read_json_object
+from cll_scale.core.errors import EXIT_FILES
 from cll_scale.core.outputs import json_text, write_atomic
-from cll_scale.model.export import write_export
+from cll_scale.model.export import ExportInfo, write_export
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
 from cll_scale.training.rundir import (BEST_EXPORT, META, CheckpointConfig, checkpoint_problem, checkpoint_world_size,
                                        git_commit, has_checkpoints, latest_tag, resumable_tag, tag_for)
+
+
+# May go in v0.2.0: checkpoints of before the registered states.
+def upgrade_client_state(client: dict) -> dict:
+    """A checkpoint's client state in today's layout: one entry per registered state. Checkpoints
+    written before the states were registered kept the train state's fields at the top level,
+    and ``streams``/``rng`` lists beside them."""
+    if "train" in client:
+        return client
+    train = {k: client[k] for k in ("step", "elapsed", "tokens_seen") if k in client}
+    data = {"data": client["data"]} if "data" in client else {}      # the oldest kept none: any data matched
+    streams = [{**data, "stream": s} for s in client["streams"]]
+    return {"train": train, "stream": streams, "rng": client["rng"]}
 
 
 class CheckpointError(RuntimeError):
@@ -159,9 +170,9 @@ class Checkpointer:
     def best_so_far(self, metric: str, step: int) -> float | None:
         """The best value of ``metric`` that ``export-best/`` holds, if it was chosen by that metric
         no later than ``step`` (a resumed run continues the same selection)."""
-        info = self.run_dir / BEST_EXPORT / "export.json"
-        if metric and info.exists():
-            best = read_json_object(info).get("best", {})
+        best_dir = self.run_dir / BEST_EXPORT
+        if metric and ExportInfo.exists(best_dir):
+            best = ExportInfo.load(best_dir).best
             if best.get("metric") == metric and best.get("step", 0) <= step:
                 return float(best["value"])
         return None

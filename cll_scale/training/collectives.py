@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+from cll_scale.core.errors import on_failure
 from cll_scale.core.outputs import OutputError
 
 
@@ -66,6 +67,11 @@ def abandon() -> None:
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() == 1:
         _destroy()
         _HOST_GROUP = None
+
+
+# The error path (core.errors, a layer below) calls this on every expected failure of a command
+# that loaded the collectives: registered here, so that it needs no reach up to this module.
+on_failure(abandon)
 
 
 def all_gather_object(obj) -> list:

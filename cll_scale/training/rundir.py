@@ -1,7 +1,9 @@
-"""What a run directory holds, read without an engine: its checkpoints (which tag ``latest`` names,
-whether one is complete, which to resume from, at which world size it was written) and its exports.
-The Checkpointer (:mod:`cll_scale.training.checkpointer`) writes them; cll-repro, the loops and
-cll-eval read them through here, so none of them loads the engine.
+"""What a run directory holds, read without an engine: its settings (``config.json``), its metrics
+(``metrics.jsonl``), which export its evaluation uses (:class:`RunDir`), and its checkpoints (which tag
+``latest`` names, whether one is complete, which to resume from, at which world size it was written).
+:func:`cll_scale.run.build.build_run`, the metrics logger and the Checkpointer write them;
+cll-train's resume, cll-repro, the loops and the scripts read them through here, so none of them
+loads the engine or knows the files' layout.
 
 ``checkpoints/step<N>/`` is committed when rank 0 has listed its files with their sizes in
 ``cll_meta.json`` and rewritten ``latest``; ``export/`` and ``export-best/`` are what inference loads.
@@ -14,12 +16,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from cll_scale.core.compat import unlisted_checkpoint_problem
+from cll_scale.core.compat import upgrade
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.settings import setting
+from cll_scale.training.metrics import read_rows
 
 
 BEST_EXPORT = "export-best"     # the checkpoint chosen on validation (ValidConfig.best_metric)
+CONFIG = "config.json"          # the run's resolved settings, every section (RunConfig.to_json)
+METRICS = "metrics.jsonl"       # one line per log step or validation (cll_scale.training.metrics)
 
 
 def chosen_export(run_dir: str | os.PathLike) -> Path:
@@ -27,6 +32,35 @@ def chosen_export(run_dir: str | os.PathLike) -> Path:
     run made one (``export-best/``), else its last one (``export/``)."""
     best = Path(run_dir) / BEST_EXPORT
     return best if (best / "export.json").exists() else Path(run_dir) / "export"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory (or cll-repro's record of one), read: the one reader of its config.json."""
+    path: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
+
+    def has_config(self) -> bool:
+        return (self.path / CONFIG).is_file()
+
+    def config(self) -> dict:
+        """The settings the run trained with, every one under today's name (a run of before the
+        sections or the renames reads the same, :func:`cll_scale.core.compat.upgrade`); ``{}``
+        without a config.json."""
+        return upgrade(read_json_object(self.path / CONFIG)) if self.has_config() else {}
+
+    def metrics(self, warn: bool = True) -> list[dict]:
+        """Every metrics.jsonl line (:func:`cll_scale.training.metrics.read_rows`)."""
+        return read_rows(self.path / METRICS, warn)
+
+    def has_metrics(self) -> bool:
+        return (self.path / METRICS).exists()
+
+    def export(self) -> Path:
+        """The export its evaluation uses (:func:`chosen_export`)."""
+        return chosen_export(self.path)
 
 
 def git_commit() -> str:
@@ -44,6 +78,14 @@ def tag_for(step: int) -> str:
 
 
 META = "cll_meta.json"
+
+
+# May go in v0.2.0: checkpoints committed before cll_meta.json listed their files and sizes.
+def unlisted_checkpoint_problem(directory: Path, world_size: int | None) -> str | None:
+    """Such a checkpoint is complete when it has DeepSpeed's model states and one optimizer file a rank."""
+    optim = len(list(directory.glob("*optim_states.pt")))
+    model = any(directory.glob("*model_states.pt"))
+    return None if model and optim == world_size else "model or optimizer states missing"
 
 
 def latest_tag(ckpt_dir: Path) -> str | None:

@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from cll_scale.core.cli import DeviceError
+from cll_scale.core.errors import DeviceError
 from cll_scale.model.model import projected_loss
 from cll_scale.training.metrics import WindowSums
 
