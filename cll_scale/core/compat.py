@@ -132,7 +132,20 @@ def upgrade_report(report: dict) -> dict:
 def upgrade_entry(entry: dict) -> dict:
     """An evaluation entry with every key today's reader expects (fresh defaults each time: an
     entry's lists and dicts are its own)."""
-    return {"skipped": {}, "lid": ["langdetect"], "timing": {}, "central_language": None, **entry}
+    return {"skipped": {}, "lid": ["langdetect"], "timing": {}, "central_language": None,
+            **upgrade_entry_version(entry)}
+
+
+# Kept. Entries of format version 1 (no ``format_version``: every one written before the zero-shot
+# destinations were measured) have no destinations, on-target scores or per-sentence languages:
+# their directions read them as None ("not measured"), and a report shows "–" until
+# scripts/fill_destinations.py identifies the languages of the stored hypotheses.
+ENTRY_FORMAT = 2
+
+
+def upgrade_entry_version(entry: dict) -> dict:
+    """An entry with its format version (1 when it names none)."""
+    return {"format_version": 1, **entry}
 
 
 # May go in v0.2.0: exports written before the LSLs moved into one Parameter per language (issue 38).
