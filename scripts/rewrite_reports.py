@@ -69,6 +69,7 @@ def rewrite(report: Path, scratch: Path, write: bool = False) -> tuple[Path, lis
         for part in ("records", "evaluated"):
             if (kept / part).is_dir():
                 shutil.copytree(kept / part, scratch / kept.name / part)
+        scratch.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(report, scratch / report.name)      # its part written by hand is kept
         r = Reproduction(study)
     except ValueError as err:
