@@ -34,7 +34,7 @@ from cll_scale.data.languages import Direction  # noqa: E402
 from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED  # noqa: E402
 from cll_scale.evaluation.langid import detect  # noqa: E402
 from cll_scale.evaluation.report import ModelEntry  # noqa: E402
-from cll_scale.evaluation.scoring import DESTINATION_LID, pack_languages, zero_shot_fields  # noqa: E402
+from cll_scale.evaluation.scoring import DESTINATION_LID, averages, pack_languages, zero_shot_fields  # noqa: E402
 from cll_scale.evaluation.testsets import pairs_from_corpus  # noqa: E402
 
 SETTINGS = {"": "default", LSL_OFF: "lsl-off", TAG_OMITTED: "tag-omitted"}    # as evaluator.evaluate_entries
@@ -66,6 +66,7 @@ def fill_entry(entry: ModelEntry, hyps: Path, pairs: dict[str, tuple[list[str], 
             setattr(d, key, value)
         d.languages = {DESTINATION_LID: pack_languages(detected)}
         log(f"  {d.direction}: target {d.to_target:.1f}%, trained {d.to_trained:.1f}%, outside {d.to_outside:.1f}%")
+    entry.averages = averages(entry.directions, entry.central_language)     # now with the destinations
     entry.format_version = ENTRY_FORMAT
     return entry
 
