@@ -348,3 +348,38 @@ def test_an_output_that_cannot_be_written_is_refused_before_translating(tiny_exp
         assert code == EXIT_FILES, err
         assert err == f"cll-translate: error: --output {out} cannot be written: {why}; nothing was translated\n"
     assert not any(readonly.iterdir())
+
+
+def test_fill_destinations_gives_an_old_entry_what_scoring_gives_a_new_one(multi30k, tmp_path):
+    """scripts/fill_destinations.py: an entry of format 1 filled from its stored hypotheses has the
+    destinations, on-target scores and zero-shot averages that scoring the same outputs gives; a
+    hypotheses file that is not the one scored is refused."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fill_destinations import fill_entry
+    from cll_scale.evaluation.scoring import averages
+    cs, en, fr = known_lines(multi30k, "cs", 4), known_lines(multi30k, "en", 3), known_lines(multi30k, "fr", 1)
+    hyps = [cs[0], cs[1].rsplit(" ", 1)[0], *cs[2:], *en, *fr]
+    refs = (multi30k / "test_2016_flickr.cs").read_text(encoding="utf-8").splitlines()[100:108]
+    # the model's languages and supervised directions are read from the entry's scored directions
+    langs, supervised = ["en", "de", "fr", "cs"], ["de-en", "en-cs", "en-fr"]
+    zero, *_ = score_direction("de-cs", "zero-shot", hyps, refs, refs, langs, supervised)
+    rows = [zero] + [score_direction(d, "supervised", x, x, x, langs, supervised)[0]
+                     for d, x in (("en-cs", cs), ("de-en", en), ("en-fr", fr))]
+    new = ModelEntry(rows, averages(rows, None), {}, None, True, ["langdetect"], {}, {}, [])
+    old = new.to_json()
+    del old["format_version"]
+    for d in old["directions"]:
+        for key in (*DESTINATIONS, "on_target_bleu", "on_target_chrf", "languages"):
+            del d[key]
+    old["averages"] = {g: {k: v for k, v in m.items() if k not in (*DESTINATIONS, "on_target_bleu", "on_target_chrf")}
+                       for g, m in old["averages"].items()}
+    (tmp_path / "de-cs.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    pairs = {"de-cs": (refs, refs)}
+    filled = fill_entry(ModelEntry.from_json(old), tmp_path, pairs, log=lambda _: None)
+    row = filled.directions[0]
+    assert filled.format_version == 2 and [getattr(row, k) for k in DESTINATIONS] == [getattr(zero, k) for k in DESTINATIONS]
+    assert row.on_target_bleu == zero.on_target_bleu and row.languages == {"langdetect": zero.languages["langdetect"]}
+    assert filled.averages == new.averages and filled.directions[1].to_target is None
+    (tmp_path / "de-cs.txt").write_text("".join(h + "\n" for h in reversed(hyps)), encoding="utf-8")
+    with pytest.raises(ValueError, match="not the hypotheses it scored"):
+        fill_entry(ModelEntry.from_json(old), tmp_path, pairs, log=lambda _: None)
