@@ -10,7 +10,10 @@ shard is built.
 The report's own ``Command:`` line says how it was made; it is parsed with cll-repro's parser,
 and only ``--out`` is moved to a scratch copy of the report's records and cached evaluations. The
 markdown and the per-split JSON are compared; the PNGs are drawn again but not compared (their
-bytes follow matplotlib's version).
+bytes follow matplotlib's version). With ``--write`` the markdown and the per-split JSON are
+written over the committed ones, for a change meant to alter the reports (a new column): review
+the result with ``git diff``. A report's part written by hand (after ``repro.report.BY_HAND``) is
+kept.
 """
 from __future__ import annotations
 
@@ -44,8 +47,9 @@ def with_records(results: Path) -> list[Path]:
                   if d.parent.with_suffix(".md").is_file())
 
 
-def rewrite(report: Path, scratch: Path) -> tuple[Path, list[str]]:
-    """The report written again under ``scratch``, and the files that differ from the committed ones.
+def rewrite(report: Path, scratch: Path, write: bool = False) -> tuple[Path, list[str]]:
+    """The report written again under ``scratch``, and the files that differ from the committed ones
+    (``write``: then copied over them, the markdown and the per-split JSON).
     What cannot be rewritten is a ValueError naming the report: no ``Command:`` line, a command
     that today's cll-repro refuses (a variant without a recipe), no model left to rewrite it from."""
     if not report.is_file():
@@ -66,6 +70,8 @@ def rewrite(report: Path, scratch: Path) -> tuple[Path, list[str]]:
         for part in ("records", "evaluated"):
             if (kept / part).is_dir():
                 shutil.copytree(kept / part, scratch / kept.name / part)
+        scratch.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(report, scratch / report.name)      # its part written by hand is kept
         r = Reproduction(study)
     except ValueError as err:
         raise ValueError(f"{report}: its Command: line cannot be run today: {err}") from None
@@ -82,6 +88,9 @@ def rewrite(report: Path, scratch: Path) -> tuple[Path, list[str]]:
         path = r.report()
     differ = [p.name for p in [path, *sorted(r.figs.glob("*.json"))]
               if p.read_bytes() != (report.parent / p.relative_to(scratch)).read_bytes()]
+    if write:
+        for p in [path, *sorted(r.figs.glob("*.json"))]:
+            shutil.copyfile(p, report.parent / p.relative_to(scratch))
     return path, differ
 
 
@@ -89,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("reports", nargs="*", type=Path)
     p.add_argument("--all", action="store_true", help="every report under docs/results with records")
+    p.add_argument("--write", action="store_true",
+                   help="write the markdown and per-split JSON over the committed ones (after a change that "
+                        "is meant to alter the reports: review it with git diff)")
     add_debug_argument(p)
     args = p.parse_args(argv)
     reports = with_records(ROOT / "docs" / "results") if args.all else args.reports
@@ -99,10 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         bad = 0
         for report in reports:
             with tempfile.TemporaryDirectory() as tmp:
-                _, differ = rewrite(report.resolve(), Path(tmp))
-            print(f"{report}: " + ("byte-identical" if not differ else f"DIFFERS: {', '.join(differ)}"))
+                _, differ = rewrite(report.resolve(), Path(tmp), args.write)
+            print(f"{report}: " + ("byte-identical" if not differ else
+                                   f"{'REWRITTEN' if args.write else 'DIFFERS'}: {', '.join(differ)}"))
             bad += bool(differ)
-        return 1 if bad else 0
+        return 1 if bad and not args.write else 0
     return run_guarded(PROG, body, args.debug)
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -932,3 +933,66 @@ def test_results_script_writes_its_reports_under_root_unless_out_names_docs_resu
     command = results.repro_command(args, "triangle")
     assert command[command.index("--out") + 1] == str(tmp_path / "docs")
     assert results.parse_args(["--root", str(root)]).out == root / "reports"
+
+
+# -- issue 67: where the zero-shot outputs go, in the reports; the zero-shot gap over training ------
+
+def test_a_reports_part_written_by_hand_is_kept_and_the_seed_table_shows_destinations(tmp_path):
+    """cll-repro writes its report again over one whose tail was written by hand (after BY_HAND)
+    and keeps the tail; the seed table averages the zero-shot destinations and on-target BLEU over
+    seeds, and shows "–" for an entry evaluated before they were measured."""
+    from cll_scale.evaluation.report import EvalReport, ModelEntry
+    from cll_scale.evaluation.scoring import DirectionResult
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.report import BY_HAND, seed_table, write_report
+    run = tmp_path / "runs" / "fcll-seed1"
+    (run / "export").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "loss": 1.0, "epoch": 0.1, "elapsed_s": 5.0}) + "\n")
+    (run / "export" / "export.json").write_text(json.dumps({"step": 10}))
+    args = ("triangle", "triangle-seeds", {"fcll seed1": run}, {}, Budget(steps=10), "cll-repro", tmp_path / "results")
+    path = write_report(*args)
+    generated = path.read_text()
+    tail = f"{BY_HAND}\n\n## A reading\n\nWritten by hand.\n"
+    path.write_text(generated + "\n" + tail)
+    assert write_report(*args).read_text() == generated + "\n" + tail
+
+    def entry(trained: float | None, bleu: float | None) -> ModelEntry:
+        row = DirectionResult("de-cs", "zero-shot", 10, 1.0, 20.0, 50.0, 50.0, 0.0, trained or 0.0, to_target=50.0,
+                              to_trained=trained, to_source=0.0, to_other=0.0,
+                              to_outside=None if trained is None else 50.0 - trained, on_target_bleu=bleu,
+                              on_target_chrf=bleu)
+        return ModelEntry([row], {"zero-shot": {k: getattr(row, k) for k in ("bleu", "off_target", "off_target_restricted",
+                                                                             "to_trained", "to_outside", "on_target_bleu")
+                                                if getattr(row, k) is not None}},
+                          {}, None, True, ["langdetect"], {}, {}, [])
+    report = EvalReport("test_2016_flickr", 4, ["langdetect"], {"fcll s1": entry(30.0, 3.0), "fcll s2": entry(40.0, 5.0),
+                                                                 "old s1": entry(None, None)})
+    table = seed_table(report, {"fcll": ["fcll s1", "fcll s2"], "old": ["old s1"]})
+    assert "zero-shot in a trained target" in table
+    fcll = next(x for x in table.splitlines() if x.startswith("| fcll |"))
+    assert fcll.endswith(f"| 35.00 ± {statistics.stdev([30.0, 40.0]):.2f}% | 15.00 ± "
+                         f"{statistics.stdev([20.0, 10.0]):.2f}% | 4.00 ± {statistics.stdev([3.0, 5.0]):.2f} |"), fcll
+    assert next(x for x in table.splitlines() if x.startswith("| old |")).endswith("| – | – | – |")
+
+
+def test_the_zero_shot_gap_is_drawn_from_the_diagnostics_records(tmp_path):
+    """scripts/zero_shot_gap.py: one panel a diagnostics model of both rounds, from the records'
+    metrics.jsonl, and the gap (zero-shot − supervised validation NLL) at each step as the rows
+    give it; a folder without such records draws nothing."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from zero_shot_gap import diagnostics_metrics, gap_table
+    from cll_scale.evaluation.plots import plot_zero_shot_gap
+    from cll_scale.training.metrics import read_rows
+    metrics = diagnostics_metrics(ROOT / "docs" / "results")
+    records = sorted((ROOT / "docs" / "results").glob("diagnostics*/*/records/*/metrics.jsonl"))
+    assert len(metrics) == len(records) >= 15 and "round 2: square baseline" in metrics
+    png = plot_zero_shot_gap(metrics, tmp_path / "gap.png")
+    assert png.stat().st_size > 10_000
+    rows = read_rows(ROOT / "docs/results/diagnostics-2/square-diagnostics/records/"
+                     "multi30k-square-diagnostics-baseline/metrics.jsonl")
+    valid = [r for r in rows if "valid_zero_shot_nll" in r]
+    line = next(x for x in gap_table(metrics) if x.startswith("| round 2: square baseline |"))
+    assert line == "| round 2: square baseline | " + " | ".join(
+        f"{r['valid_zero_shot_nll'] - r['valid_nll']:.2f}" for r in valid) + " |"
+    assert plot_zero_shot_gap({"no zero-shot": [{"step": 10, "valid_nll": 3.0}]}, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()

@@ -6,12 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import sacrebleu
 import torch
 
 from cll_scale.core.cli import config_from_args
 from cll_scale.evaluate import main as eval_main
 from cll_scale.evaluation.langid import detect
-from cll_scale.evaluation.scoring import score_direction
+from cll_scale.evaluation.report import EvalReport, ModelEntry, markdown
+from cll_scale.evaluation.scoring import DESTINATIONS, destinations, score_direction, unpack_languages
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decoding import DecodeConfig
@@ -52,6 +54,63 @@ def test_off_target_counter_labels_known_languages(multi30k):
     assert res.code_switch > 50 and res.lingua_code_switch > 50     # lingua's spans find both
     with pytest.raises(ValueError, match="language identifiers"):
         score_direction("de-fr", "zero-shot", fr, fr, fr, langs, [], lid=("fasttext",))
+
+
+def known_lines(multi30k: Path, lang: str, k: int) -> list[str]:
+    """``k`` test sentences of ``lang`` that plain langdetect reads as ``lang`` (checked here, so a
+    change of detector shows as this failure rather than as a wrong split)."""
+    lines = (multi30k / f"test_2016_flickr.{lang}").read_text(encoding="utf-8").splitlines()[100:100 + k]
+    assert [detect(x) for x in lines] == [lang] * k
+    return lines
+
+
+def test_zero_shot_destinations_on_sentences_of_known_languages(multi30k):
+    """de→cs asked of a model of en/de/fr/cs whose de is trained into en only: four Czech outputs
+    (target), three English (a target de is trained into), one German (the source), one French
+    (another of the model's languages) and one with no letters (outside): 40/30/10/10/10 %."""
+    cs, en, de, fr = (known_lines(multi30k, x, k) for x, k in (("cs", 4), ("en", 3), ("de", 1), ("fr", 1)))
+    hyps = [cs[0], cs[1].rsplit(" ", 1)[0], cs[2].rsplit(" ", 1)[0], cs[3], *en, *de, *fr, "1 2 3"]
+    refs = (multi30k / "test_2016_flickr.cs").read_text(encoding="utf-8").splitlines()[100:110]
+    langs, supervised = ["en", "de", "fr", "cs"], ["de-en", "en-de", "en-cs", "cs-en", "en-fr", "fr-en"]
+    res, *_ = score_direction("de-cs", "zero-shot", hyps, refs, refs, langs, supervised)
+    split = {k: getattr(res, k) for k in DESTINATIONS}
+    assert split == {"to_target": 40.0, "to_trained": 30.0, "to_source": 10.0, "to_other": 10.0, "to_outside": 10.0}
+    assert sum(split.values()) == pytest.approx(100.0)
+    # the languages kept per sentence give the same split again, without identifying anything
+    detected = unpack_languages(res.languages["langdetect"])
+    assert detected == ["cs"] * 4 + ["en"] * 3 + ["de", "fr", None] and destinations("de-cs", detected, langs,
+                                                                                      supervised) == split
+    assert len(unpack_languages(res.languages["langdetect-restricted"])) == 10
+    # French is outside a model of en/de/cs, and a trained target of no source leaves nothing "trained"
+    three = destinations("de-cs", detected, ["en", "de", "cs"], ["en-de", "en-cs"])
+    assert three == {"to_target": 40.0, "to_trained": 0.0, "to_source": 10.0, "to_other": 30.0, "to_outside": 20.0}
+    # on-target BLEU/chrF: sacreBLEU over the four Czech outputs and their references alone
+    kept = sacrebleu.BLEU().corpus_score(hyps[:4], [refs[:4]]).score
+    assert res.on_target_bleu == pytest.approx(kept, abs=1e-9) and 0 < kept < 100 and kept != res.bleu
+    assert res.on_target_chrf == pytest.approx(sacrebleu.CHRF().corpus_score(hyps[:4], [refs[:4]]).score, abs=1e-9)
+    sup, *_ = score_direction("de-en", "supervised", en, en, en, langs, supervised)
+    assert sup.to_target is None and sup.on_target_bleu is None and sup.languages["langdetect"] == "en en en"
+
+
+def test_an_evaluation_written_before_the_destinations_is_still_read(multi30k):
+    """An entry of format 1 (no destinations, no per-sentence languages, no version mark) reads
+    with its destinations unmeasured, shown as "–"; today's entry keeps and shows them."""
+    cs, fr = known_lines(multi30k, "cs", 3), known_lines(multi30k, "fr", 1)
+    res, *_ = score_direction("de-cs", "zero-shot", [*cs, *fr], cs + cs[:1], cs + cs[:1], ["en", "de", "fr", "cs"],
+                              ["de-en"])
+    entry = ModelEntry([res], {}, {}, None, True, ["langdetect"], {}, {}, [])
+    now = EvalReport.from_json(EvalReport("test_2016_flickr", 4, ["langdetect"], {"m": entry}).to_json())
+    assert now.models["m"].format_version == 2 and now.models["m"].directions[0].to_other == 25.0
+    assert "| 75.0 / 0.0 / 0.0 / 25.0 / 0.0 | 100.00 / 100.00 |" in markdown(now)
+    old = entry.to_json()
+    del old["format_version"]
+    for d in old["directions"]:
+        for key in (*DESTINATIONS, "on_target_bleu", "on_target_chrf", "languages"):
+            del d[key]
+    before = EvalReport.from_json({"test_set": "test_2016_flickr", "beam": 4, "models": {"m": old}})
+    assert before.models["m"].format_version == 1 and before.models["m"].directions[0].to_target is None
+    row = next(x for x in markdown(before).splitlines() if x.startswith("| m | de-cs |"))
+    assert row.endswith("| fr 1 | – | – |"), row
 
 
 def test_translator_contract(tiny_export):
@@ -113,6 +172,11 @@ def test_cll_eval_cli(tiny_export, m30k_centered, tmp_path, capsys):
     rows = {d["direction"]: d for d in report["models"]["fcll"]["directions"]}
     assert rows["en-de"]["kind"] == "supervised" and rows["de-fr"]["kind"] == "zero-shot"
     assert rows["en-de"]["n"] == 8 and 0 <= rows["de-fr"]["off_target"] <= 100
+    # where the zero-shot outputs went, recomputable from the languages the JSON keeps per sentence
+    zero, detected = rows["de-fr"], unpack_languages(rows["de-fr"]["languages"]["langdetect"])
+    assert len(detected) == 8 and zero["to_target"] == 100 * detected.count("fr") / 8
+    assert sum(zero[k] for k in DESTINATIONS) == pytest.approx(100) and rows["en-de"]["to_target"] is None
+    assert "zero-shot destination" in table
     assert "zero-shot" in report["models"]["fcll"]["averages"] and "en→xx" in report["models"]["fcll"]["averages"]
     assert report["bleu_signature"].startswith("nrefs:1")
     assert "| fcll |" in table and (out / "bleu_offtarget.png").stat().st_size > 1000
@@ -284,3 +348,38 @@ def test_an_output_that_cannot_be_written_is_refused_before_translating(tiny_exp
         assert code == EXIT_FILES, err
         assert err == f"cll-translate: error: --output {out} cannot be written: {why}; nothing was translated\n"
     assert not any(readonly.iterdir())
+
+
+def test_fill_destinations_gives_an_old_entry_what_scoring_gives_a_new_one(multi30k, tmp_path):
+    """scripts/fill_destinations.py: an entry of format 1 filled from its stored hypotheses has the
+    destinations, on-target scores and zero-shot averages that scoring the same outputs gives; a
+    hypotheses file that is not the one scored is refused."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fill_destinations import fill_entry
+    from cll_scale.evaluation.scoring import averages
+    cs, en, fr = known_lines(multi30k, "cs", 4), known_lines(multi30k, "en", 3), known_lines(multi30k, "fr", 1)
+    hyps = [cs[0], cs[1].rsplit(" ", 1)[0], *cs[2:], *en, *fr]
+    refs = (multi30k / "test_2016_flickr.cs").read_text(encoding="utf-8").splitlines()[100:108]
+    # the model's languages and supervised directions are read from the entry's scored directions
+    langs, supervised = ["en", "de", "fr", "cs"], ["de-en", "en-cs", "en-fr"]
+    zero, *_ = score_direction("de-cs", "zero-shot", hyps, refs, refs, langs, supervised)
+    rows = [zero] + [score_direction(d, "supervised", x, x, x, langs, supervised)[0]
+                     for d, x in (("en-cs", cs), ("de-en", en), ("en-fr", fr))]
+    new = ModelEntry(rows, averages(rows, None), {}, None, True, ["langdetect"], {}, {}, [])
+    old = new.to_json()
+    del old["format_version"]
+    for d in old["directions"]:
+        for key in (*DESTINATIONS, "on_target_bleu", "on_target_chrf", "languages"):
+            del d[key]
+    old["averages"] = {g: {k: v for k, v in m.items() if k not in (*DESTINATIONS, "on_target_bleu", "on_target_chrf")}
+                       for g, m in old["averages"].items()}
+    (tmp_path / "de-cs.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    pairs = {"de-cs": (refs, refs)}
+    filled = fill_entry(ModelEntry.from_json(old), tmp_path, pairs, log=lambda _: None)
+    row = filled.directions[0]
+    assert filled.format_version == 2 and [getattr(row, k) for k in DESTINATIONS] == [getattr(zero, k) for k in DESTINATIONS]
+    assert row.on_target_bleu == zero.on_target_bleu and row.languages == {"langdetect": zero.languages["langdetect"]}
+    assert filled.averages == new.averages and filled.directions[1].to_target is None
+    (tmp_path / "de-cs.txt").write_text("".join(h + "\n" for h in reversed(hyps)), encoding="utf-8")
+    with pytest.raises(ValueError, match="not the hypotheses it scored"):
+        fill_entry(ModelEntry.from_json(old), tmp_path, pairs, log=lambda _: None)

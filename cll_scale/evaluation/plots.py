@@ -122,6 +122,35 @@ def plot_validation_over_training(metrics: dict[str, list[dict]], out_png: str |
     return _save(plt, fig, out_png)
 
 
+def plot_zero_shot_gap(metrics: dict[str, list[dict]], out_png: str | Path, columns: int = 5) -> Path | None:
+    """Validation NLL of the supervised and of the zero-shot directions against steps, one panel a
+    model (``metrics``: its metrics.jsonl rows), on shared axes so that the gap between the two
+    curves compares across models; None when no model validated zero-shot directions."""
+    curves = {name: kept for name, rows in metrics.items()
+              if (kept := [row for row in rows if "valid_zero_shot_nll" in row and "valid_nll" in row])}
+    if not curves:
+        return None
+    plt = _pyplot()
+    columns = min(columns, len(curves))
+    rows = -(-len(curves) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(2.6 * columns, 2.2 * rows + 0.4), sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, (name, kept) in zip(axes.flat, curves.items()):
+        steps = [r["step"] for r in kept]
+        ax.plot(steps, [r["valid_nll"] for r in kept], "o-", ms=3, label="supervised")
+        ax.plot(steps, [r["valid_zero_shot_nll"] for r in kept], "s-", ms=3, label="zero-shot")
+        ax.set_title(name, fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(curves):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("valid NLL (nats)")
+    axes.flat[0].legend(fontsize=7)
+    return _save(plt, fig, out_png)
+
+
 def plot_attribution(result: dict, out_png: str | Path) -> Path:
     """One sentence's layer attribution in the shape of paper Fig. 5: a row per (decoder layer,
     component), a column per target token, red where the component raised the token's

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cll_scale.core.outputs import json_text, write_atomic
 from cll_scale.evaluation.plots import plot_bleu_offtarget, plot_t_weights
-from cll_scale.evaluation.scoring import DirectionResult, averages
+from cll_scale.evaluation.scoring import DESTINATIONS, DirectionResult, averages
 from cll_scale.core.jsonfiles import read_json_object
 
 
@@ -26,7 +26,20 @@ def upgrade_report(report: dict) -> dict:
 def upgrade_entry(entry: dict) -> dict:
     """An evaluation entry with every key today's reader expects (fresh defaults each time: an
     entry's lists and dicts are its own)."""
-    return {"skipped": {}, "lid": ["langdetect"], "timing": {}, "central_language": None, **entry}
+    return {"skipped": {}, "lid": ["langdetect"], "timing": {}, "central_language": None,
+            **upgrade_entry_version(entry)}
+
+
+# Kept. Entries of format version 1 (no ``format_version``: every one written before the zero-shot
+# destinations were measured) have no destinations, on-target scores or per-sentence languages:
+# their directions read them as None ("not measured"), and a report shows "–" until
+# scripts/fill_destinations.py identifies the languages of the stored hypotheses.
+ENTRY_FORMAT = 2
+
+
+def upgrade_entry_version(entry: dict) -> dict:
+    """An entry with its format version (1 when it names none)."""
+    return {"format_version": 1, **entry}
 
 
 @dataclass
@@ -44,6 +57,7 @@ class ModelEntry:
     lang_tag: bool | None = None                # fed a language tag (None: not recorded, read as True)
     central_language: str | None = None
     common_averages: dict[str, dict[str, float]] | None = None   # over the directions every model shares
+    format_version: int = ENTRY_FORMAT          # 1: written before the zero-shot destinations (upgrade above)
 
     def average(self, group: str, metric: str, common: bool = False) -> float | None:
         """The mean of ``metric`` over ``group``'s directions (``common``: those every model of the
@@ -66,6 +80,7 @@ class ModelEntry:
         out["central_language"] = self.central_language
         if self.common_averages is not None:
             out["common_averages"] = self.common_averages
+        out["format_version"] = self.format_version
         return out
 
     @classmethod
@@ -109,6 +124,20 @@ class EvalReport:
         return cls.from_json(read_json_object(path))
 
 
+DESTINATION_HEAD = (" zero-shot destination: target / trained target / source / other / outside (%) "
+                    "| zero-shot on-target BLEU / chrF |")
+
+
+def destination_cells(value) -> str:
+    """The two destination cells of a row (``value(metric)``: its figure, None when not measured):
+    where the zero-shot outputs went (plain langdetect), then the scores of the on-target ones."""
+    shares = [value(k) for k in DESTINATIONS]
+    split = " / ".join(f"{x:.1f}" for x in shares) if None not in shares else "–"
+    bleu, chrf = value("on_target_bleu"), value("on_target_chrf")
+    scores = f"{bleu:.2f} / {chrf:.2f}" if bleu is not None and chrf is not None else "–"
+    return f" {split} | {scores} |"
+
+
 def markdown(report: EvalReport) -> str:
     """Summary in the layout of the paper's Tables 2-3, then every direction; lingua's columns
     when it was asked for, and each model's decoding speed."""
@@ -128,8 +157,8 @@ def markdown(report: EvalReport) -> str:
                   f"{', '.join(report.common_directions)}.", ""]
     extra = " zero-shot off-target (lingua) | zero-shot code-switch (lingua) |" if lingua else ""
     lines += ["| model | " + " | ".join(f"{c} BLEU" for c in cols)
-              + " | zero-shot off-target (paper / restricted) | zero-shot code-switch |" + extra,
-              "|---|" + "---:|" * (len(cols) + 2 + 2 * lingua)]
+              + " | zero-shot off-target (paper / restricted) | zero-shot code-switch |" + extra + DESTINATION_HEAD,
+              "|---|" + "---:|" * (len(cols) + 2 + 2 * lingua + 2)]
 
     def pct(value: float | None) -> str:
         return f"{value:.2f}%" if value is not None else "–"
@@ -140,17 +169,19 @@ def markdown(report: EvalReport) -> str:
         lines.append(f"| {name} | " + " | ".join(f"{e.average(c, 'bleu', common):.2f}" if c in table(e) else "–"
                                                   for c in cols)
                      + f" | {off} | {pct(z('code_switch'))} |"
-                     + (f" {pct(z('lingua_off_target'))} | {pct(z('lingua_code_switch'))} |" if lingua else ""))
+                     + (f" {pct(z('lingua_off_target'))} | {pct(z('lingua_code_switch'))} |" if lingua else "")
+                     + destination_cells(z))
     lines += ["", "| model | direction | kind | BLEU | chrF | off-target (paper) | off-target (restricted) "
               "| code-switch | in supervised target |" + (" off-target (lingua) |" if lingua else "")
-              + " off-target languages |", "|---|---|---|" + "---:|" * (6 + lingua) + "---|"]
+              + " off-target languages |" + DESTINATION_HEAD, "|---|---|---|" + "---:|" * (6 + lingua) + "---|"
+              + "---:|" * 2]
     for name, e in models.items():
         for d in e.directions:
             langs = ", ".join(f"{k} {v}" for k, v in d.off_languages.items()) or "–"
             lines.append(f"| {name} | {d.direction} | {d.kind} | {d.bleu:.2f} | {d.chrf:.2f} | "
                          f"{d.off_target:.1f}% | {d.off_target_restricted:.1f}% | {d.code_switch:.1f}% | "
                          f"{d.rollback:.1f}% |" + (f" {pct(d.lingua_off_target)} |" if lingua else "")
-                         + f" {langs} |")
+                         + f" {langs} |" + destination_cells(lambda metric: getattr(d, metric)))
     skipped = [f"{name}: {d} ({why})" for name, e in models.items() for d, why in e.skipped.items()]
     if skipped:
         lines += ["", "Not scored: " + "; ".join(skipped) + "."]

@@ -8,6 +8,12 @@ whose first half is in another language (code-switching), which languages off-ta
 in, and the share in the language the source was *supervised* to translate into (the "rollback"
 of paper Table 10). With lingua also asked for: its off-target rate (restricted to the model's
 languages) and the share of outputs it splits into spans of two or more languages.
+
+For a zero-shot direction also where its outputs go (:func:`destinations`, plain langdetect):
+the share in the requested target, in a language the source is trained into, in the source
+language, in another of the model's languages and outside them; and BLEU and chrF on the
+on-target outputs alone (:func:`on_target_scores`). Every sentence's detected language is kept
+per identifier (``languages``), so that a report can be recomputed without identifying again.
 """
 from __future__ import annotations
 
@@ -41,10 +47,74 @@ class DirectionResult:
     samples: list[dict] = field(default_factory=list)
     lingua_off_target: float | None = None    # % not in the target language, lingua (restricted)
     lingua_code_switch: float | None = None   # % lingua splits into spans of 2+ languages
+    # zero-shot directions only (None otherwise, and in evaluations written before they were measured)
+    to_target: float | None = None            # % in the requested target (plain langdetect)
+    to_trained: float | None = None           # % in a language the source is trained into
+    to_source: float | None = None            # % in the source language
+    to_other: float | None = None             # % in another of the model's languages
+    to_outside: float | None = None           # % outside the model's languages (or no language found)
+    on_target_bleu: float | None = None       # BLEU of the on-target outputs alone
+    on_target_chrf: float | None = None
+    # identifier -> every sentence's language, space-separated, "-" where none was found
+    languages: dict[str, str] | None = None
 
 
 METRICS = ("bleu", "chrf", "off_target", "off_target_restricted", "code_switch", "rollback",
-           "lingua_off_target", "lingua_code_switch")
+           "lingua_off_target", "lingua_code_switch", "to_target", "to_trained", "to_source", "to_other",
+           "to_outside", "on_target_bleu", "on_target_chrf")
+DESTINATIONS = ("to_target", "to_trained", "to_source", "to_other", "to_outside")
+# The identifier the destinations are read with: the paper's (plain langdetect), the only one that
+# can name a language outside the model's.
+DESTINATION_LID = "langdetect"
+
+
+def trained_targets(src: str, tgt: str, supervised: list[str]) -> set[str]:
+    """The languages ``src`` is trained to translate into, ``tgt`` left out (paper Table 10's rollback)."""
+    return {d.tgt for d in map(Direction.parse, supervised) if d.src == src} - {tgt}
+
+
+def destinations(direction: str, detected: list[str | None], languages: list[str],
+                 supervised: list[str]) -> dict[str, float]:
+    """Where one direction's outputs go, as % of them (:data:`DESTINATIONS`; they sum to 100):
+    the requested target, a language the source is trained into, the source, another of the
+    model's ``languages``, or outside them (an output with no language found counts there).
+    The one reading of the split: cll-eval's and every report's."""
+    src, tgt = Direction.parse(direction)
+    trained = trained_targets(src, tgt, supervised)
+    counts = Counter()
+    for x in detected:
+        counts["to_target" if x == tgt else "to_trained" if x in trained else "to_source" if x == src
+               else "to_other" if x in languages else "to_outside"] += 1
+    return {key: _pct(counts[key], len(detected)) for key in DESTINATIONS}
+
+
+def on_target_scores(hyps: list[str], refs: list[str], detected: list[str | None], tgt: str,
+                     tokenize: str = "13a") -> tuple[float | None, float | None]:
+    """BLEU and chrF of the outputs detected in ``tgt`` alone, against their references (None,
+    None when there is none)."""
+    kept = [(h, r) for h, r, x in zip(hyps, refs, detected) if x == tgt]
+    if not kept:
+        return None, None
+    hyp, ref = [h for h, _ in kept], [r for _, r in kept]
+    bleu = sacrebleu.BLEU(tokenize="zh" if tgt == "zh" else tokenize).corpus_score(hyp, [ref])
+    return bleu.score, sacrebleu.CHRF().corpus_score(hyp, [ref]).score
+
+
+def pack_languages(detected: list[str | None]) -> str:
+    """Every sentence's language as the evaluation JSON keeps it: one line, "-" for none."""
+    return " ".join(x or "-" for x in detected)
+
+
+def unpack_languages(text: str) -> list[str | None]:
+    return [None if x == "-" else x for x in text.split(" ")] if text else []
+
+
+def zero_shot_fields(direction: str, hyps: list[str], refs: list[str], detected: list[str | None],
+                     languages: list[str], supervised: list[str], tokenize: str = "13a") -> dict:
+    """A zero-shot direction's destinations and on-target scores, as :class:`DirectionResult` fields."""
+    bleu, chrf = on_target_scores(hyps, refs, detected, Direction.parse(direction).tgt, tokenize)
+    return {**destinations(direction, detected, languages, supervised), "on_target_bleu": bleu,
+            "on_target_chrf": chrf}
 
 
 def _pct(k: int, n: int) -> float:
@@ -74,13 +144,18 @@ def score_direction(direction: str, kind: str, hyps: list[str], refs: list[str],
     restricted = [detect(h, languages) for h in hyps]
     first_half = [detect(" ".join(h.split()[: max(1, len(h.split()) // 2)]), languages) for h in hyps]
     lingua_off = lingua_switch = None
+    detected = {DESTINATION_LID: pack_languages(plain), "langdetect-restricted": pack_languages(restricted)}
     if "lingua" in lid:
         detector = _lingua(tuple(languages))
-        lingua_off = _pct(sum(x != tgt for x in detector.detect_many(hyps)), len(hyps))
+        by_lingua = detector.detect_many(hyps)
+        detected["lingua"] = pack_languages(by_lingua)
+        lingua_off = _pct(sum(x != tgt for x in by_lingua), len(hyps))
         lingua_switch = _pct(sum(len({lang for lang, _ in detector.spans(h)}) > 1 for h in hyps), len(hyps))
     t2 = time.perf_counter()
+    zero = zero_shot_fields(direction, hyps, refs, plain, languages, supervised, tokenize) if kind == "zero-shot" else {}
+    t3 = time.perf_counter()
     # Table 10's rollback: the output is in a language this source was trained to translate into.
-    rollback_targets = {d.tgt for d in map(Direction.parse, supervised) if d.src == src} - {tgt}
+    rollback_targets = trained_targets(src, tgt, supervised)
     n = len(hyps)
     off = Counter(x or "none" for x in restricted if x != tgt)
     res = DirectionResult(
@@ -92,9 +167,9 @@ def score_direction(direction: str, kind: str, hyps: list[str], refs: list[str],
         rollback=_pct(sum(x in rollback_targets for x in restricted), n),
         off_languages=dict(off.most_common()),
         samples=[{"src": s, "hyp": h, "ref": r, "lang": d} for s, h, r, d in list(zip(srcs, hyps, refs, restricted))[:3]],
-        lingua_off_target=lingua_off, lingua_code_switch=lingua_switch)
+        lingua_off_target=lingua_off, lingua_code_switch=lingua_switch, **zero, languages=detected)
     # the signature exists only after scoring
-    return res, str(bleu_metric.get_signature()), {"lid_s": t2 - t1, "scoring_s": t1 - t0}
+    return res, str(bleu_metric.get_signature()), {"lid_s": t2 - t1, "scoring_s": t1 - t0 + t3 - t2}
 
 
 @dataclass

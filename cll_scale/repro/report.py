@@ -62,6 +62,18 @@ def training_table(runs: dict[str, Path], metrics: dict[str, list[dict]], machin
     return lines
 
 
+# Where the generated report ends: what follows it in the report already written (a reading, a
+# figure drawn from several reports) is kept when the report is written again.
+BY_HAND = "<!-- Written by hand below: kept when cll-repro writes this report again. -->"
+
+
+def kept_by_hand(path: Path) -> str:
+    """The part of the report at ``path`` written by hand (from :data:`BY_HAND` on), or ""."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    at = text.find(BY_HAND)
+    return "\n" + text[at:] if at >= 0 else ""
+
+
 def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, EvalReport], budget: Budget,
                  command: str, out: Path, seed_groups: dict[str, list[str]] | None = None,
                  pending: tuple[str, ...] | list[str] = ()) -> Path:
@@ -100,7 +112,7 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
         if sweep:
             lines.append(f"![BLEU against the number of CLL layers (paper Fig. 4)]({figs.name}/{sweep.name})")
     path = out / f"{report_name}.md"
-    write_atomic(path, "\n".join(lines) + "\n")
+    write_atomic(path, "\n".join(lines) + "\n" + kept_by_hand(path))
     return path
 
 
@@ -116,15 +128,17 @@ def seed_table(report: EvalReport, groups: dict[str, list[str]]) -> str:
     """:func:`mean_std` of each variant's averages, with the LSL-off and tag-omitted rows when the
     report has them."""
     columns = [("zero-shot", "off_target", "%"), ("zero-shot", "off_target_restricted", "%"),
-               ("zero-shot", "bleu", ""), ("supervised", "bleu", "")]
+               ("zero-shot", "bleu", ""), ("supervised", "bleu", ""), ("zero-shot", "to_trained", "%"),
+               ("zero-shot", "to_outside", "%"), ("zero-shot", "on_target_bleu", "")]
     lines = ["| model | seeds | zero-shot off-target (paper) | zero-shot off-target (restricted) "
-             "| zero-shot BLEU | supervised BLEU |", "|---|---:|---:|---:|---:|---:|"]
+             "| zero-shot BLEU | supervised BLEU | zero-shot in a trained target | zero-shot outside the model's "
+             "languages | zero-shot on-target BLEU |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for variant, names in groups.items():
         for suffix in ("", LSL_OFF, TAG_OMITTED):
             rows = [report.models[n + suffix] for n in names if n + suffix in report.models]
             if not rows:
                 continue
             cells = [mean_std([e.average(group, key) for e in rows], unit)
-                     if all(group in e.averages for e in rows) else "–" for group, key, unit in columns]
+                     if all(e.average(group, key) is not None for e in rows) else "–" for group, key, unit in columns]
             lines.append(f"| {variant}{suffix} | {len(rows)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
