@@ -79,6 +79,15 @@ class Significance:
     def to_json(self) -> dict:
         return {"signature": self.signature, "comparisons": [asdict(c) for c in self.comparisons]}
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Significance":
+        pairs = ("bleu", "chrf", "off_target", "discordant")
+        return cls([Comparison(**{k: tuple(v) if k in pairs else v for k, v in c.items()}) for c in d["comparisons"]],
+                   d["signature"])
+
+    def find(self, model: str, against: str, group: str) -> Comparison | None:
+        return next((c for c in self.comparisons if (c.model, c.against, c.group) == (model, against, group)), None)
+
     def markdown(self) -> str:
         if not self.comparisons:
             return ""
