@@ -12,6 +12,7 @@ from cll_scale.core.compat import RULES, as_first_named, upgrade, upgrade_overri
 from cll_scale.core.hardware import hardware
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
+from cll_scale.core.versions import versions
 from cll_scale.repro.plan import Budget
 from cll_scale.run.recipe import SECTIONS, TrainConfig, apply_overrides, load_recipe, named_rules, training_rules
 from cll_scale.training.metrics import read_rows
@@ -20,7 +21,7 @@ from cll_scale.training.rundir import BEST_EXPORT, chosen_export
 
 # What a record keeps of a finished run: everything the report and the evaluation cache read,
 # without the weights and checkpoints (about 100 MB a `small` model).
-RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "export/export.json",
+RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "versions.json", "export/export.json",
                 f"{BEST_EXPORT}/export.json")
 RECORD = "record.json"
 # Train settings that cll-repro sets per run, through its budget and its --precision (the precision
@@ -94,7 +95,10 @@ def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
     for rel in RECORD_FILES:
         if (run_dir / rel).is_file():
             write_atomic(fresh / rel, (run_dir / rel).read_bytes())
-    write_atomic(fresh / RECORD, json_text({**identity, "hardware": hardware(), "run_dir": str(run_dir)}, indent=1))
+    # the versions the run trained with (its versions.json), else those of this Python
+    trained = read_json_object(run_dir / "versions.json") if (run_dir / "versions.json").is_file() else versions()
+    write_atomic(fresh / RECORD, json_text({**identity, "hardware": hardware(), "versions": trained,
+                                            "run_dir": str(run_dir)}, indent=1))
     if record_dir.exists():
         record_dir.rename(old)
     fresh.rename(record_dir)

@@ -21,6 +21,7 @@ from cll_scale.core.hardware import available_memory, cpu_bf16_speedup, size_tex
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.core.settings import default_of
+from cll_scale.core.versions import versions
 from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import ShardStream
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode
@@ -345,6 +346,7 @@ def _finish(run: Run, say) -> None:
         write_atomic(run.run_dir / "config.json", json_text(cfg.to_json(), indent=1))
         write_atomic(run.run_dir / "ds_config.json", json_text(run.ds_config, indent=1))
         (run.run_dir / "git.txt").write_text(git_commit() + "\n")
+        write_atomic(run.run_dir / "versions.json", json_text(versions(), indent=1))
     if run.validator.split is None:
         say("the shards have no validation split: no validation, and no export-best/")
 
