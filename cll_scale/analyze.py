@@ -33,7 +33,7 @@ from cll_scale.analysis.attribution import (COMPONENTS, MEMORY_SHARE, MemoryBudg
                                             language_pieces, longest_target, max_steps, prepare, quadrature_bytes,
                                             size_text, step_bytes, summarize, tag_share)
 from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device,
-                                positive_int, run)
+                                plain_text, positive_int, run)
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.data.languages import Direction
 from cll_scale.evaluation.plots import plot_attention, plot_attribution
@@ -64,7 +64,7 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=PROG, description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="analysis", required=True)
     a = sub.add_parser("attribution", help="layer attribution of the FFN and LSL components (paper Fig. 5)")
     a.add_argument("--model", required=True, help="an export/ directory")

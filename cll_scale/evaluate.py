@@ -27,7 +27,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.core.cli import add_debug_argument, non_negative_int, parse_models, pick_device, positive_int, run
+from cll_scale.core.cli import (add_debug_argument, non_negative_int, parse_models, pick_device, plain_text,
+                               positive_int, run)
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.evaluation.evaluator import check_file_names, compare, significance
 from cll_scale.evaluation.pool import lid_pool
@@ -39,7 +40,7 @@ from cll_scale.model.decoding import DecodeConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="cll-eval", description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="a shard directory; its --split dev/test shards carry the raw text")

@@ -30,7 +30,7 @@ from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
 
-from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, positive_int, run  # noqa: E402
+from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, plain_text, positive_int, run  # noqa: E402
 from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
 from cll_scale.data.manifest import UNSEEN  # noqa: E402
@@ -326,7 +326,7 @@ def build_app(demo: Demo, examples_dir: str | None = None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="cll-demo", description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
     p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0: every interface)")

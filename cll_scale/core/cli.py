@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shlex
 import sys
 import traceback
@@ -34,6 +35,14 @@ EXIT_INPUT, EXIT_FILES, EXIT_DEVICE, EXIT_DIVERGED = 2, 3, 4, 5
 
 class DeviceError(RuntimeError):
     """The requested device cannot be used (absent, or out of memory where nothing can be skipped)."""
+
+
+def plain_text(doc: str) -> str:
+    """A module docstring as ``--help`` shows it: reStructuredText's markup taken out (a role such
+    as :class:`a.b.C` becomes ``C``, a module role keeps the dotted path; double backquotes go)."""
+    doc = re.sub(r":(?:func|class|meth|attr|data|exc|obj):`~?(?:[\w.]+\.)?([\w]+)`", r"\1", doc)
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc)
+    return doc.replace("``", "")
 
 
 def add_debug_argument(parser: argparse.ArgumentParser) -> None:
