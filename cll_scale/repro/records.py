@@ -12,7 +12,6 @@ from cll_scale.core.compat import RULES, as_first_named, upgrade, upgrade_overri
 from cll_scale.core.hardware import hardware
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
-from cll_scale.core.versions import versions
 from cll_scale.repro.plan import Budget
 from cll_scale.run.recipe import SECTIONS, TrainConfig, apply_overrides, load_recipe, named_rules, training_rules
 from cll_scale.training.metrics import read_rows
@@ -95,8 +94,9 @@ def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
     for rel in RECORD_FILES:
         if (run_dir / rel).is_file():
             write_atomic(fresh / rel, (run_dir / rel).read_bytes())
-    # the versions the run trained with (its versions.json), else those of this Python
-    trained = read_json_object(run_dir / "versions.json") if (run_dir / "versions.json").is_file() else versions()
+    # the versions the run trained with (its versions.json); a run of before they were recorded: null,
+    # rather than this Python's, which need not be the ones it trained with
+    trained = read_json_object(run_dir / "versions.json") if (run_dir / "versions.json").is_file() else None
     write_atomic(fresh / RECORD, json_text({**identity, "hardware": hardware(), "versions": trained,
                                             "run_dir": str(run_dir)}, indent=1))
     if record_dir.exists():
