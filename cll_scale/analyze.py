@@ -39,7 +39,7 @@ from cll_scale.data.languages import Direction
 from cll_scale.evaluation.plots import plot_attention, plot_attribution
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 
 PROG = "cll-analyze"
 # What either analysis writes into --out; one replaces the other's directory as a whole.

@@ -30,13 +30,8 @@ import sys
 from cll_scale.core.cli import (add_debug_argument, non_negative_int, parse_models, pick_device, plain_text,
                                positive_int, run)
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
-from cll_scale.evaluation.evaluator import check_file_names, compare, significance
-from cll_scale.evaluation.pool import lid_pool
-from cll_scale.evaluation.report import write_report
 from cll_scale.evaluation.scoring import add_lid_arguments
-from cll_scale.evaluation.testsets import pairs_from_corpus, pairs_from_shards
-from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +63,12 @@ WRITES = ("results.json", "results.md", "bleu_offtarget.png", "t_weights.png", "
 
 
 def evaluate_cli(args) -> int:
+    # imported after parsing: torch comes with them, and --help or a usage error needs none of it
+    from cll_scale.evaluation.evaluator import check_file_names, compare, significance
+    from cll_scale.evaluation.pool import lid_pool
+    from cll_scale.evaluation.report import write_report
+    from cll_scale.evaluation.testsets import pairs_from_corpus, pairs_from_shards
+    from cll_scale.evaluation.translator import TranslateConfig, Translator
     models = parse_models(args.model)
     check_file_names(models)
     device = pick_device(args.device)

@@ -15,8 +15,7 @@ from pathlib import Path
 from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, flags_of, pick_device,
                                 plain_text, positive_int, run)
 from cll_scale.core.outputs import OutputError, check_apart, check_file_writable, check_stdin_apart, write_atomic
-from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 
 log = logging.getLogger("cll_scale.translate")
 
@@ -97,6 +96,8 @@ def open_streams(args) -> None:
 
 
 def translate_cli(args) -> int:
+    # imported after parsing: torch comes with it, and --help or a usage error needs none of it
+    from cll_scale.evaluation.translator import TranslateConfig, Translator
     if not args.tsv and not args.tgt_lang:
         raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
     open_streams(args)

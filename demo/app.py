@@ -93,7 +93,7 @@ class Demo:
     def __init__(self, models: dict[str, str], device: str = "cpu", max_chars: int = MAX_CHARS):
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, not {max_chars}: every request would be refused")
-        from cll_scale.model.decoding import DecodeConfig
+        from cll_scale.model.decode_config import DecodeConfig
         from cll_scale.evaluation.translator import TranslateConfig
         self.translators = {name: Translator.load(path, device, TranslateConfig(DecodeConfig()))
                             for name, path in models.items()}

@@ -6,6 +6,8 @@ import argparse
 import ast
 import importlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -43,6 +45,15 @@ def test_help_has_no_issue_numbers_and_no_markup(name):
         assert not ISSUE.findall(text), f"{name} --help names an issue: {ISSUE.findall(text)}"
         found = [line.strip() for line in text.splitlines() if MARKUP.search(line)]
         assert not found, f"{name} --help prints markup raw: {found[:3]}"
+
+
+@pytest.mark.parametrize("module", ["cll_scale.translate", "cll_scale.evaluate"])
+def test_help_answers_without_importing_torch(module):
+    code = (f"import sys\nfrom {module} import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith("usage: "), res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == "False", f"{module} --help imported torch"
 
 
 def test_plain_text_takes_the_markup_out_and_keeps_the_words():

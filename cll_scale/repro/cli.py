@@ -10,7 +10,7 @@ from pathlib import Path
 from cll_scale.core.cli import (add_debug_argument, csv_list, non_negative_float, non_negative_int, plain_text,
                                positive_int, run)
 from cll_scale.evaluation.scoring import add_lid_arguments
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.repro import __doc__ as DOC
 from cll_scale.repro.evaluations import EvalSettings
 from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
