@@ -20,8 +20,8 @@ from cll_scale.training.rundir import BEST_EXPORT, chosen_export
 
 # What a record keeps of a finished run: everything the report and the evaluation cache read,
 # without the weights and checkpoints (about 100 MB a `small` model).
-RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "versions.json", "export/export.json",
-                f"{BEST_EXPORT}/export.json")
+RECORD_FILES = ("metrics.jsonl", "config.json", "ds_config.json", "git.txt", "versions.json",
+                "export/export.json", f"{BEST_EXPORT}/export.json")
 RECORD = "record.json"
 # Train settings that cll-repro sets per run, through its budget and its --precision (the precision
 # an engine settings file names is compared on its own, check_one_precision).
@@ -94,11 +94,7 @@ def write_record(run_dir: Path, record_dir: Path, identity: dict) -> None:
     for rel in RECORD_FILES:
         if (run_dir / rel).is_file():
             write_atomic(fresh / rel, (run_dir / rel).read_bytes())
-    # the versions the run trained with (its versions.json); a run of before they were recorded: null,
-    # rather than this Python's, which need not be the ones it trained with
-    trained = read_json_object(run_dir / "versions.json") if (run_dir / "versions.json").is_file() else None
-    write_atomic(fresh / RECORD, json_text({**identity, "hardware": hardware(), "versions": trained,
-                                            "run_dir": str(run_dir)}, indent=1))
+    write_atomic(fresh / RECORD, json_text({**identity, "hardware": hardware(), "run_dir": str(run_dir)}, indent=1))
     if record_dir.exists():
         record_dir.rename(old)
     fresh.rename(record_dir)
