@@ -32,7 +32,8 @@ import torch
 from cll_scale.analysis.attribution import (COMPONENTS, MEMORY_SHARE, MemoryBudget, attention_maps, attribute,
                                             language_pieces, longest_target, max_steps, prepare, quadrature_bytes,
                                             size_text, step_bytes, summarize, tag_share)
-from cll_scale.core.cli import add_debug_argument, echo_command, non_negative_int, parse_models, pick_device, positive_int
+from cll_scale.core.cli import (add_debug_argument, echo_command, non_negative_int, parse_models, pick_device,
+                                plain_text, positive_int)
 from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.data.languages import Direction
@@ -40,7 +41,7 @@ from cll_scale.data.manifest import Manifest
 from cll_scale.evaluation.plots import plot_attention, plot_attribution
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 
 PROG = "cll-analyze"
 # What either analysis writes into --out; one replaces the other's directory as a whole.
@@ -65,7 +66,7 @@ def add_input_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog=PROG, description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="analysis", required=True)
     a = sub.add_parser("attribution", help="layer attribution of the FFN and LSL components (paper Fig. 5)")
     a.add_argument("--model", required=True, help="an export/ directory")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cll_scale.core.cli import plain_text
 from cll_scale.loops import finetune
 from cll_scale.loops.backtranslate import BTConfig, run
 from cll_scale.loops.backtranslate import __doc__ as DESCRIPTION
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return finetune.build_parser("cll-bt", DESCRIPTION, BTConfig)
+    return finetune.build_parser("cll-bt", plain_text(DESCRIPTION), BTConfig)
 
 
 def main(argv: list[str] | None = None) -> int:

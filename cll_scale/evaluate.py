@@ -11,7 +11,9 @@ code-switching, the off-target languages and the "rollback" of paper Table 10
 (:mod:`cll_scale.evaluation.scoring`); with ``--lid langdetect,lingua`` also lingua's off-target rate and
 code-switch share. Averages for en→xx, xx→en, supervised and zero-shot. Writes ``results.json``
 (with sentences/s and where the time went: decoding, language ID, scoring), ``results.md`` (paper
-Tables 2-3 layout), ``bleu_offtarget.png``, ``t_weights.png`` (paper Fig. 6) and every hypothesis,
+Tables 2-3 layout), with two or more models ``significance.md`` and ``significance.json`` (each
+model against the first per direction group: sacreBLEU's paired bootstrap for BLEU and chrF, an
+exact McNemar test for off-target; :mod:`cll_scale.evaluation.significance`), ``bleu_offtarget.png``, ``t_weights.png`` (paper Fig. 6) and every hypothesis,
 ``hyps/<model>/<setting>/<direction>.txt`` (setting ``default``, ``lsl-off`` or ``tag-omitted``), so that outputs
 can be rescored or compared without decoding again. ``--out`` is locked while cll-eval runs and replaced as a
 whole when it ends, so no hypotheses of an earlier evaluation's models stay beside the new ones; a directory that
@@ -25,20 +27,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.core.cli import add_debug_argument, non_negative_int, parse_models, pick_device, positive_int
+from cll_scale.core.cli import add_debug_argument, non_negative_int, parse_models, pick_device, plain_text, positive_int
 from cll_scale.core.errors import run_guarded
-from cll_scale.core.outputs import result_dir
-from cll_scale.evaluation.evaluator import check_file_names, compare
-from cll_scale.evaluation.pool import lid_pool
-from cll_scale.evaluation.report import write_report
+from cll_scale.core.outputs import json_text, result_dir, write_atomic
 from cll_scale.evaluation.scoring import add_lid_arguments
-from cll_scale.evaluation.testsets import pairs_from_corpus, pairs_from_shards
-from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="cll-eval", description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="a shard directory; its --split dev/test shards carry the raw text")
@@ -61,10 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 # What cll-eval writes into --out, which it replaces as a whole: the hypotheses of the models of
 # an earlier evaluation never stay beside a new one's.
-WRITES = ("results.json", "results.md", "bleu_offtarget.png", "t_weights.png", "hyps")
+WRITES = ("results.json", "results.md", "bleu_offtarget.png", "t_weights.png", "hyps", "significance.json",
+          "significance.md")
 
 
 def evaluate_cli(args) -> int:
+    # imported after parsing: torch comes with them, and --help or a usage error needs none of it
+    from cll_scale.evaluation.evaluator import check_file_names, compare, significance
+    from cll_scale.evaluation.pool import lid_pool
+    from cll_scale.evaluation.report import write_report
+    from cll_scale.evaluation.testsets import pairs_from_corpus, pairs_from_shards
+    from cll_scale.evaluation.translator import TranslateConfig, Translator
     models = parse_models(args.model)
     check_file_names(models)
     device = pick_device(args.device)
@@ -84,7 +88,13 @@ def evaluate_cli(args) -> int:
                              args.max_sentences, args.ablate_lsl, log=lambda s: print(s, file=sys.stderr),
                              lid=args.lid, pool=pool, hyps_out=out / "hyps", omit_lang_tag=args.omit_lang_tag)
         table = write_report(report, out)
+        paired = significance(report, list(models), pairs, out / "hyps")
+        if paired.comparisons:
+            write_atomic(out / "significance.json", json_text(paired.to_json(), indent=1, ensure_ascii=False))
+            write_atomic(out / "significance.md", paired.markdown())
     print(table)
+    if paired.comparisons:
+        print(paired.markdown())
     print(f"BLEU signature: {report.bleu_signature}")
     return 0
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cll_scale.core.cli import plain_text
 from cll_scale.loops import finetune
 from cll_scale.loops.extend import ExtendConfig, run
 from cll_scale.loops.extend import __doc__ as DESCRIPTION
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return finetune.build_parser("cll-extend", DESCRIPTION, ExtendConfig)
+    return finetune.build_parser("cll-extend", plain_text(DESCRIPTION), ExtendConfig)
 
 
 def main(argv: list[str] | None = None) -> int:

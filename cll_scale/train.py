@@ -21,7 +21,7 @@ import argparse
 import os
 import sys
 
-from cll_scale.core.cli import add_debug_argument, positive_int
+from cll_scale.core.cli import add_debug_argument, plain_text, positive_int
 from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import json_text
 from cll_scale.model.config import PRESETS
@@ -33,7 +33,7 @@ from cll_scale.training import collectives
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-train", description=__doc__,
+    p = argparse.ArgumentParser(prog="cll-train", description=plain_text(__doc__),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", help="YAML or JSON recipe (sections: preset, model, data, optim, checkpoint, "
                    "valid, log, train)")

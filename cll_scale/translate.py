@@ -12,11 +12,11 @@ import logging
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, flags_of, pick_device, positive_int
+from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, flags_of, pick_device,
+                                plain_text, positive_int)
 from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import OutputError, check_apart, check_file_writable, check_stdin_apart, write_atomic
-from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 
 log = logging.getLogger("cll_scale.translate")
 
@@ -54,7 +54,7 @@ def read_tsv(lines: list[str], languages: list[str]) -> tuple[list[str], list[st
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-translate", description=__doc__,
+    p = argparse.ArgumentParser(prog="cll-translate", description=plain_text(__doc__),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="an export/ directory")
     p.add_argument("--tgt-lang", help="target language of every input line")
@@ -97,6 +97,8 @@ def open_streams(args) -> None:
 
 
 def translate_cli(args) -> int:
+    # imported after parsing: torch comes with it, and --help or a usage error needs none of it
+    from cll_scale.evaluation.translator import TranslateConfig, Translator
     if not args.tsv and not args.tgt_lang:
         raise ValueError("give --tgt-lang, or --tsv with the target language on every line")
     open_streams(args)

@@ -15,7 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, finite_float, non_negative_int
+from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, finite_float,
+                                non_negative_int, plain_text)
 from cll_scale.core.errors import EXIT_INPUT, run_guarded
 from cll_scale.core.clock import StageClock
 from cll_scale.data.corpora import (CorpusError, detect_format, read_hf_dataset, read_multiway, read_opus100,
@@ -148,7 +149,7 @@ def cmd_synth(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cll-shards", description=__doc__,
+    parser = argparse.ArgumentParser(prog="cll-shards", description=plain_text(__doc__),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_debug_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)

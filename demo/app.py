@@ -30,7 +30,7 @@ from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
 
-from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, positive_int  # noqa: E402
+from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, plain_text, positive_int  # noqa: E402
 from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
@@ -94,7 +94,7 @@ class Demo:
     def __init__(self, models: dict[str, str], device: str = "cpu", max_chars: int = MAX_CHARS):
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, not {max_chars}: every request would be refused")
-        from cll_scale.model.decoding import DecodeConfig
+        from cll_scale.model.decode_config import DecodeConfig
         from cll_scale.evaluation.translator import TranslateConfig
         self.translators = {name: Translator.load(path, device, TranslateConfig(DecodeConfig()))
                             for name, path in models.items()}
@@ -327,7 +327,7 @@ def build_app(demo: Demo, examples_dir: str | None = None):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="cll-demo", description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
     p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0: every interface)")

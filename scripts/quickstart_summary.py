@@ -5,8 +5,9 @@
 
 Baseline and FCLL side by side: supervised BLEU, zero-shot BLEU, and the zero-shot off-target rate
 (langdetect, the paper's measure) with its 95% Wilson interval over every zero-shot sentence
-decoded; whether the Baseline's rate is at least twice FCLL's with intervals apart; three zero-shot
-sentences the Baseline answers in another language and FCLL in the right one; what the study's
+decoded; whether the Baseline's rate is at least twice FCLL's with intervals apart; FCLL tested
+against the Baseline on the same sentences (the p-values of the paired tests cll-repro wrote, with
+the sacreBLEU signatures); three zero-shot sentences the Baseline answers in another language and FCLL in the right one; what the study's
 recipes reach trained longer (the committed records); and what to do next. Also draws the chart
 (``quickstart.png`` beside the report: off-target per zero-shot direction, with intervals).
 """
@@ -21,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
 from cll_scale.evaluation.report import EvalReport  # noqa: E402
+from cll_scale.evaluation.significance import Significance  # noqa: E402
 from cll_scale.training.metrics import read_rows  # noqa: E402
 
 MODELS = ("baseline", "fcll")
@@ -127,6 +130,28 @@ def verdict(now: dict[str, dict], condition: str = "triangle") -> str:
     if not missed:
         return f"The effect shows: {facts} ({TARGETS})."
     return f"The effect does not show yet: {'; '.join(missed)} ({TARGETS}; here {facts}). {MORE[condition]}"
+
+
+def paired(report_dir: Path, split: str, report: EvalReport, now: dict[str, dict]) -> list[str]:
+    """FCLL against the Baseline on the same sentences, as cll-repro tested them
+    (``<split>_significance.json``): p-values for BLEU, chrF and off-target, and the signatures."""
+    out = [f"sacreBLEU: {report.bleu_signature}"]
+    path = report_dir / f"{split}_significance.json"
+    if set(now) != set(MODELS):
+        return out
+    if not path.is_file():
+        return out + [f"  (no paired tests in {path.name}: re-run the same cll-repro command to add them)"]
+    tests = Significance.from_json(read_json_object(path))
+    out.insert(0, "FCLL against the Baseline on the same sentences (p: paired bootstrap for BLEU and chrF, "
+                  "exact McNemar for off-target):")
+    for group in ("supervised", "zero-shot"):
+        c = tests.find(now["fcll"]["name"], now["baseline"]["name"], group)
+        if c is None:
+            continue
+        out.append(f"  {group:10s} BLEU {c.bleu[0]:.2f} → {c.bleu[1]:.2f} (p {c.bleu_p:.4f}), chrF {c.chrf[0]:.2f} → "
+                   f"{c.chrf[1]:.2f} (p {c.chrf_p:.4f}), off-target {c.off_target[0]:.1f}% → {c.off_target[1]:.1f}% "
+                   f"(p {c.off_target_p:.2g}), {c.sentences:,} sentences")
+    return out + [f"Paired tests: {tests.signature}"]
 
 
 def examples(report_dir: Path, split: str, corpus: Path | None, now: dict[str, dict], n: int = 3) -> list[str]:
@@ -251,6 +276,7 @@ def summary(report_dir: Path, split: str, corpus: Path | None, runs: Path | None
     png = chart(now, report_dir / "quickstart.png")
     out = ["", f"== The quickstart: Baseline against FCLL, Multi30k {condition}, {split} ==", ""]
     out += table(now, runs) + ["", verdict(now, condition), ""]
+    out += paired(report_dir, split, report, now) + [""]
     out += examples(report_dir, split, corpus, now) + [""]
     out += longer(condition, split) + [""]
     out += ["Next:",

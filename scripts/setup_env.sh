@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtual env and install what it needs.
 #   scripts/setup_env.sh [EXTRAS]      e.g. scripts/setup_env.sh dev,demo
+#   scripts/setup_env.sh --write-lock  rewrite requirements.lock from the env as it is
 # On a machine without a CUDA GPU the CPU build of torch is installed first: a bare
 # `pip install deepspeed` would otherwise resolve a multi-GB CUDA torch plus nvidia-* wheels.
+# The packages are installed at the versions requirements.lock pins (pip constraints), so a set-up
+# made later resolves what the committed results were made with; CLL_LOCK= (empty) resolves freely.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
+LOCK=${CLL_LOCK-requirements.lock}
+if [ "${1:-}" = "--write-lock" ]; then
+  # torch is left out: step 2 below picks its CPU or CUDA build.
+  { echo "# The set-up's resolved versions (Python $("$VENV/bin/python" -c 'import platform; print(platform.python_version())')), installed by scripts/setup_env.sh as pip constraints;"
+    echo "# torch is left out (the set-up picks its CPU or CUDA build). Rewrite: scripts/setup_env.sh --write-lock"
+    "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v '^torch=='; } > "$LOCK.tmp"
+  mv "$LOCK.tmp" "$LOCK"
+  echo "wrote $LOCK"
+  exit 0
+fi
 EXTRAS=${1:-dev}
-STAMP="$VENV/.cll-installed-$EXTRAS-$(sha256sum setup.py | cut -c1-12)"
+CONSTRAINTS=()
+if [ -n "$LOCK" ] && [ -f "$LOCK" ]; then
+  CONSTRAINTS=(-c "$LOCK")
+fi
+STAMP="$VENV/.cll-installed-$EXTRAS-$(cat setup.py ${CONSTRAINTS[@]:+"$LOCK"} | sha256sum | cut -c1-12)"
 
 if [ -f "$STAMP" ]; then
   exit 0
@@ -35,6 +52,7 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
 else
   step 2 "torch (CPU build)" "${PIP[@]}" install "torch==2.13.0"
 fi
-step 3 "cll-scale and its packages ($EXTRAS)" "${PIP[@]}" install -e ".[$EXTRAS]"
+step 3 "cll-scale and its packages ($EXTRAS${CONSTRAINTS[@]:+, at the versions of $LOCK})" \
+  "${PIP[@]}" install ${CONSTRAINTS[@]+"${CONSTRAINTS[@]}"} -e ".[$EXTRAS]"
 touch "$STAMP"
 echo "set-up done: $VENV (log: $LOG)"

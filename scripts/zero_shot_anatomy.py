@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cll_scale.model.decoding import DecodeConfig  # noqa: E402
+from cll_scale.model.decode_config import DecodeConfig  # noqa: E402
 from cll_scale.core.cli import parse_models  # noqa: E402
 from cll_scale.evaluation.testsets import pairs_from_shards  # noqa: E402
 from cll_scale.evaluation.langid import detect  # noqa: E402

@@ -2,11 +2,13 @@
 device's peak (stated, overridable), and the window's sums are named."""
 import json
 
+import pytest
 import torch
 
 from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.model.model import train_flops
 from cll_scale.training.metrics import LogConfig, MetricsLogger, MetricsWindow, device_peak_tflops
+from tests.conftest import run_cli
 
 
 def test_mfu_is_model_flops_over_time_over_the_peak():
@@ -46,3 +48,34 @@ def test_train_flops_counts_the_lsls_of_cll_layers_only():
     fcll = ModelConfig(**PRESETS["small"], variant="fcll", languages=["de", "fr"])
     extra = train_flops(fcll, 8, 20, 21) - train_flops(base, 8, 20, 21)
     assert extra == 3.0 * fcll.decoder_layers * 2 * 8 * 21 * 2 * fcll.d_model * fcll.lsl_dim
+
+
+def installed(name: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
+@pytest.mark.skipif(not installed("tensorboard"), reason="the tensorboard package is not installed here")
+def test_log_tensorboard_writes_an_event_file_through_deepspeeds_monitor(m30k_centered, tmp_path, capsys):
+    from cll_scale.train import main as train_main
+    from tests.test_train import common
+    run_dir = tmp_path / "run"
+    code, _, err = run_cli(train_main, common(m30k_centered, run_dir, 3, "--set", "log.tensorboard=true"), capsys)
+    assert code == 0, err
+    events = list((run_dir / "monitor" / "train").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and b"Train/loss" in events[0].read_bytes()
+    assert json.loads((run_dir / "ds_config.json").read_text())["tensorboard"]["enabled"] is True
+
+
+@pytest.mark.parametrize("dashboard", ["tensorboard", "wandb"])
+def test_a_dashboard_whose_package_is_missing_is_refused_before_the_run_starts(m30k_centered, tmp_path, capsys,
+                                                                               dashboard):
+    if installed(dashboard):
+        pytest.skip(f"{dashboard} is installed here")
+    from cll_scale.core.errors import EXIT_INPUT
+    from cll_scale.train import main as train_main
+    from tests.test_train import common
+    run_dir = tmp_path / "run"
+    code, _, err = run_cli(train_main, common(m30k_centered, run_dir, 3, "--set", f"log.{dashboard}=true"), capsys)
+    assert code == EXIT_INPUT and f"log.{dashboard}: true needs the {dashboard} package" in err, err
+    assert "Traceback" not in err and not run_dir.exists()

@@ -52,6 +52,14 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     mean, std = sum(sup) / 2, abs(sup[0] - sup[1]) / 2 ** 0.5
     assert "| fcll | 2 |" in report and f"{mean:.2f} ± {std:.2f} |" in report
     assert "fr-de" in report and "zero-shot" in report and "Hardware:" in report
+    # every model tested against the first on the same sentences, per direction group
+    paired = json.loads((tmp_path / "results" / "triangle-seeds" / "test_2016_flickr_significance.json").read_text())
+    tested = {(c["model"], c["group"]) for c in paired["comparisons"]}
+    assert tested == {(f"{v} seed{s}", g) for v, s in (("fcll", 1), ("baseline", 2), ("fcll", 2))
+                      for g in ("supervised", "zero-shot")}
+    assert all(c["against"] == "baseline seed1" and 0 < c["bleu_p"] <= 1 and 0 < c["off_target_p"] <= 1
+               for c in paired["comparisons"])
+    assert "| fcll seed1 | baseline seed1 | zero-shot | 12 |" in report and "bs:1000" in report
     assert (tmp_path / "results" / "triangle-seeds" / "test_2016_flickr_bleu_offtarget.png").is_file()
     assert (tmp_path / "results" / "triangle-seeds" / "validation_over_training.png").is_file()
     # ... and its numbers: each model's validated steps, off-target / BLEU
@@ -71,6 +79,9 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("fcll "))
     assert f"{avg['supervised']['bleu']:16.2f} {avg['zero-shot']['bleu']:15.2f}" in row and row.endswith("of 12")
     assert ("The effect shows" in text or "The effect does not show yet" in text)
+    zero = next(c for c in paired["comparisons"] if c["model"] == "fcll seed1" and c["group"] == "zero-shot")
+    assert f"(p {zero['bleu_p']:.4f})" in text and f"(p {zero['off_target_p']:.2g})" in text
+    assert "sacreBLEU: nrefs:1" in text and "Paired tests: nrefs:1" in text and "bs:1000" in text
     assert "Zero-shot sentences the Baseline answers in another language and FCLL in the right one:" in text
     assert "Trained longer (the committed records, one seed):" in text and "  4,200 steps" in text
     assert "make demo" in text and "cll-repro --condition triangle" in text and "On a GPU" in text
@@ -86,6 +97,9 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     assert sorted(p.name for p in records.iterdir()) == sorted(order)
     kept = json.loads((records / "multi30k-triangle-fcll-seed2" / "record.json").read_text())
     assert kept["overrides"][:2] == ["train.seed=2", "data.seed=2"] and kept["recipe"] == "multi30k_triangle_fcll.yaml"
+    # the software the run trained with, kept beside its git commit
+    trained_with = json.loads((records / "multi30k-triangle-fcll-seed2" / "versions.json").read_text())
+    assert {"python", "torch", "deepspeed", "sacrebleu", "langdetect", "lingua", "hardware"} <= set(trained_with)
     assert not list(records.rglob("*.pt")) and not list(records.rglob("checkpoints"))
     (tmp_path / "runs").rename(tmp_path / "runs-gone")
     fresh = subprocess.run(args, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)

@@ -185,6 +185,26 @@ def test_cll_eval_cli(tiny_export, m30k_centered, tmp_path, capsys):
     assert (out / "t_weights.png").is_file() and (out / "results.md").read_text() in table
 
 
+def test_cll_eval_with_two_models_tests_each_against_the_first(tiny_export, m30k_centered, tmp_path, capsys):
+    """Two models on the same sentences: paired p-values for BLEU, chrF and off-target per direction
+    group, printed and written beside the report. The same export twice gives identical outputs,
+    which are no evidence of a difference (p = 1 everywhere)."""
+    out = tmp_path / "eval"
+    code, printed, err = run_cli(eval_main, ["--model", f"a={tiny_export}", "--model", f"b={tiny_export}",
+                                             "--data", str(m30k_centered), "--split", "test_2016_flickr",
+                                             "--directions", "en-de,de-fr", "--max-sentences", "4", "--beam", "1",
+                                             "--lid-workers", "0", "--out", str(out)], capsys)
+    assert code == 0, err
+    paired = json.loads((out / "significance.json").read_text())
+    rows = {c["group"]: c for c in paired["comparisons"]}
+    assert set(rows) == {"supervised", "zero-shot"}
+    assert rows["zero-shot"]["directions"] == ["de-fr"] and rows["supervised"]["sentences"] == 4
+    assert all(c["model"] == "b" and c["against"] == "a" and c["discordant"] == [0, 0]
+               and c["bleu_p"] == c["chrf_p"] == c["off_target_p"] == 1.0 for c in rows.values())
+    assert "| b | a | zero-shot | 4 |" in printed and "bs:1000" in printed
+    assert (out / "significance.md").read_text() in printed
+
+
 def test_zero_shot_anatomy_labels_start_and_end(multi30k):
     """scripts/zero_shot_anatomy.py: outputs that start on target and switch are told apart from
     clean ones, and only the clean ones are scored."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -13,6 +14,14 @@ from pathlib import Path
 from cll_scale.core.compat import OLD_FLAGS
 from cll_scale.core.errors import DeviceError
 from cll_scale.core.settings import field_default
+
+
+def plain_text(doc: str) -> str:
+    """A module docstring as ``--help`` shows it: reStructuredText's markup taken out (a role such
+    as :class:`a.b.C` becomes ``C``, a module role keeps the dotted path; double backquotes go)."""
+    doc = re.sub(r":(?:func|class|meth|attr|data|exc|obj):`~?(?:[\w.]+\.)?([\w]+)`", r"\1", doc)
+    doc = re.sub(r":\w+:`~?([^`]+)`", r"\1", doc)
+    return doc.replace("``", "")
 
 
 def add_debug_argument(parser: argparse.ArgumentParser) -> None:

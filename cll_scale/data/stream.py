@@ -76,13 +76,13 @@ class StreamConfig:
     directions: list[Direction] | None = setting(None, "train on this subset of the split's directions, e.g. [de-en, en-de]")
     verify: str = setting("full", "shards checked at start: full (sha256), size or none", choices=VERIFY)
     mixing: str = setting("mixed", "mixed: many directions per microbatch (fairseq's merged batches, the authors' "
-                     "code); direction: one per microbatch, the rule before issue 34 (records without the "
-                     "key used it)", choices=MIXINGS)
+                     "code); direction: one per microbatch (the rule of older runs, whose records lack "
+                     "the key)", choices=MIXINGS)
     mix_rows: int = setting(8192, "rows of a mixed pool, sorted by length and cut into batches")
     mix_directions: int = setting(0, "directions drawn per mixed pool (0: all): with many target languages a batch "
                              "then holds at most this many LSL groups")
     rows_fraction: float = setting(1.0, "train on this share of each direction's rows (its first rows, to the "
-                              "nearest row): the data-size question of issue 34 at equal steps")
+                              "nearest row): how much the amount of data matters, at equal steps")
 
     def __post_init__(self):
         if self.directions is not None:

@@ -17,6 +17,7 @@ from cll_scale.core.outputs import write_atomic
 from cll_scale.data.languages import Direction
 from cll_scale.evaluation.report import EvalReport, ModelEntry, summarize
 from cll_scale.evaluation.scoring import DirectionResult, ScoreJob, averages, score_job
+from cll_scale.evaluation.significance import Significance, compare_models
 from cll_scale.evaluation.translator import Translator
 
 
@@ -34,6 +35,24 @@ def check_file_names(names: Iterable[str]) -> None:
         if other != name:
             raise ValueError(f"--model names {other!r} and {name!r} both become the folder "
                              f"{file_name(name)!r}; give them names that differ in letters or digits")
+
+
+def read_hypotheses(hyps_out: str | Path, name: str, setting: str = "default") -> dict[str, list[str]]:
+    """Direction -> hypotheses of ``name`` in ``setting``, as :func:`score_model` wrote them under
+    ``hyps_out`` ({} when it wrote none)."""
+    folder = Path(hyps_out) / file_name(name) / setting
+    # one line a hypothesis, ended by "\n": read as bytes and split on "\n" alone, since a
+    # hypothesis may hold "\r" or U+2028
+    return {p.stem: p.read_bytes().decode("utf-8").split("\n")[:-1] for p in sorted(folder.glob("*.txt"))}
+
+
+def significance(report: EvalReport, names: list[str], pairs: dict[str, tuple[list[str], list[str]]],
+                 hyps_out: str | Path) -> Significance:
+    """Each of ``names`` (as trained) against the first, on the hypotheses written under
+    ``hyps_out`` (:mod:`cll_scale.evaluation.significance`)."""
+    hyps = {name: read_hypotheses(hyps_out, name) for name in names}
+    kinds = {d.direction: d.kind for name in names for d in report.models[name].directions}
+    return compare_models(hyps, {d: refs for d, (_, refs) in pairs.items()}, kinds)
 
 
 # The entries beside a model as trained: its LSLs switched off (paper Tables 9-10), its

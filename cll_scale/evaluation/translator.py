@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from cll_scale.data.inputs import source_ids
 from cll_scale.data.manifest import Manifest
 from cll_scale.model.bf16 import matmul_mode
-from cll_scale.model.decoding import DecodeConfig, beam_search
+from cll_scale.model.decode_config import DecodeConfig
+from cll_scale.model.decoding import beam_search
 from cll_scale.model.export import export_lang_tag, load_export
 from cll_scale.model.model import CLLTransformer
 

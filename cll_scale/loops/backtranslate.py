@@ -35,7 +35,7 @@ from cll_scale.data.shards import BuildConfig, link_shards, write_direction
 from cll_scale.evaluation.translator import TranslateConfig, Translator, check_beam
 from cll_scale.loops import finetune
 from cll_scale.loops.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.training import collectives
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow

@@ -23,7 +23,7 @@ from cll_scale.evaluation.pool import lid_pool
 from cll_scale.evaluation.report import write_report
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator, check_beam
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.model.export import export_lang_tag
 from cll_scale.run.build import build_run, set_threads
 from cll_scale.run.recipe import build_section

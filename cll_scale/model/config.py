@@ -49,8 +49,8 @@ class ModelConfig:
     lsl_dim: int = setting(256, "R, inner size of each language-specific layer")
     cll_dropout: float = setting(0.2, "dropout on the LSL output (paper App. A: 0.2-0.3)")
     lsl_dropout: str = setting("authors", "authors: the FFN output gets `dropout` and the LSL output `cll_dropout`, "
-                          "each once, then they are added; double: the rule before issue 34 (the sum "
-                          "dropped again, so the LSL twice)", choices=LSL_DROPOUTS)
+                          "each once, then they are added; double: the sum is dropped again, so the LSL "
+                          "output twice (the rule of older runs)", choices=LSL_DROPOUTS)
     t_init: float = setting(0.1, "initial t_l, the learned weight of each LSL")
     # --- Residual removal (Liu et al. 2021) in the middle encoder layer ---------------------
     residual_sublayer: str | None = setting(None, "drop the residual of this sublayer of one encoder layer: ffn "

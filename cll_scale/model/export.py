@@ -5,7 +5,8 @@
     spm.model            the SentencePiece model
     manifest.json        the shard manifest (languages, supervised / zero-shot directions, ids)
     export.json          provenance (step, run), whether inputs carry the language tag
-                         (``lang_tag``), and the sha256 of every file above
+                         (``lang_tag``), the software and machine that wrote it (``versions``:
+                         :func:`cll_scale.core.versions.versions`), and the sha256 of every file above
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import atomic_dir, json_text
+from cll_scale.core.versions import versions
 from cll_scale.data.manifest import Manifest, sha256_file
 from cll_scale.model.config import ModelConfig
 from cll_scale.model.model import CLLTransformer
@@ -55,7 +57,8 @@ def write_export(out_dir: str | os.PathLike, state_dict: dict[str, torch.Tensor]
         shutil.copyfile(Path(shard_dir) / manifest.tokenizer.file, tmp / "spm.model")
         replace(manifest, tokenizer=replace(manifest.tokenizer, file="spm.model")).save(tmp)
         sums = {f: sha256_file(tmp / f) for f in FILES}
-        (tmp / INFO).write_text(json_text({**(info or {}), "sha256": sums}, indent=1))
+        info = {**(info or {}), "versions": versions()}      # the software and machine that wrote it
+        (tmp / INFO).write_text(json_text({**info, "sha256": sums}, indent=1))
     return out
 
 

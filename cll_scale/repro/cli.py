@@ -7,10 +7,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from cll_scale.core.cli import add_debug_argument, csv_list, non_negative_float, non_negative_int, positive_int
+from cll_scale.core.cli import (add_debug_argument, csv_list, non_negative_float, non_negative_int, plain_text,
+                               positive_int)
 from cll_scale.core.errors import run_guarded
 from cll_scale.evaluation.scoring import add_lid_arguments
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.repro import __doc__ as DOC
 from cll_scale.repro.evaluations import EvalSettings
 from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
@@ -28,7 +29,7 @@ def seed_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-repro", description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="cll-repro", description=plain_text(DOC), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--condition", choices=CONDITIONS, required=True)
     p.add_argument("--variants", default="baseline,fcll",
                    help="comma-separated variants with a recipe: baseline, fcll, sd (the FFN residual of the "
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", choices=SETTINGS, default="small",
                    help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code; "
                         "paper_small: the authors' settings at the small size, the closest a CPU trains; "
-                        "diagnostics: small models that each answer one question of issue 34; "
+                        "diagnostics: small models that each answer one question about the training rules; "
                         "quickstart: the diagnostics' triangle made to learn in fewer minutes (make quickstart)")
     p.add_argument("--seeds", type=seed_list,
                    help="e.g. 1,2,3: train every variant once per seed and report mean ± std over them")

@@ -15,7 +15,7 @@ from cll_scale.evaluation.evaluator import evaluate_entries, file_name, select_d
 from cll_scale.evaluation.report import ModelEntry
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.repro.records import export_id, is_record
 from cll_scale.training.rundir import chosen_export
 

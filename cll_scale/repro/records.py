@@ -20,7 +20,8 @@ from cll_scale.training.rundir import BEST_EXPORT, CONFIG, METRICS, RunDir, chos
 
 # What a record keeps of a finished run: everything the report and the evaluation cache read,
 # without the weights and checkpoints (about 100 MB a `small` model).
-RECORD_FILES = (METRICS, CONFIG, "ds_config.json", "git.txt", "export/export.json", f"{BEST_EXPORT}/export.json")
+RECORD_FILES = (METRICS, CONFIG, "ds_config.json", "git.txt", "versions.json", "export/export.json",
+                f"{BEST_EXPORT}/export.json")
 RECORD = "record.json"
 # Train settings that cll-repro sets per run, through its budget and its --precision (the precision
 # an engine settings file names is compared on its own, check_one_precision).

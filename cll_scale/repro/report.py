@@ -11,6 +11,7 @@ from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED
 from cll_scale.evaluation.plots import (plot_bleu_offtarget, plot_cll_layers, plot_t_weights,
                                         plot_validation_over_training)
 from cll_scale.evaluation.report import EvalReport, markdown
+from cll_scale.evaluation.significance import Significance
 from cll_scale.repro.plan import Budget
 from cll_scale.model.export import ExportInfo
 from cll_scale.repro.records import last_train_row, trained_on
@@ -76,9 +77,10 @@ def kept_by_hand(path: Path) -> str:
 
 def write_report(condition: str, report_name: str, runs: dict[str, Path], reports: dict[str, EvalReport], budget: Budget,
                  command: str, out: Path, seed_groups: dict[str, list[str]] | None = None,
-                 pending: tuple[str, ...] | list[str] = ()) -> Path:
+                 pending: tuple[str, ...] | list[str] = (), paired: dict[str, Significance] | None = None) -> Path:
     """The report of the models in ``runs``; ``pending``: the planned ones still to train, named
-    at the top so that a report written part-way through a study says what it lacks."""
+    at the top so that a report written part-way through a study says what it lacks; ``paired``:
+    per split, each model tested against the first on the same sentences."""
     figs = out / report_name
     figs.mkdir(parents=True, exist_ok=True)
     same = ("for every model of one seed the same initial seed, data order and settings" if seed_groups
@@ -107,7 +109,10 @@ def write_report(condition: str, report_name: str, runs: dict[str, Path], report
         if seed_groups:
             lines += ["Mean ± sample standard deviation over seeds, then every model of every seed.", "",
                       seed_table(report, seed_groups)]
-        lines += [markdown(report), *plot_links(report, figs, f"{split}_")]
+        lines += [markdown(report)]
+        if paired and paired.get(split) and paired[split].comparisons:
+            lines += [paired[split].markdown()]
+        lines += plot_links(report, figs, f"{split}_")
         sweep = plot_cll_layers(report, figs / f"{split}_cll_layers.png")
         if sweep:
             lines.append(f"![BLEU against the number of CLL layers (paper Fig. 4)]({figs.name}/{sweep.name})")

@@ -10,6 +10,7 @@ from pathlib import Path
 from cll_scale.core.outputs import DirLock, json_text, write_atomic
 from cll_scale.data.manifest import Manifest
 from cll_scale.evaluation.pool import lid_pool
+from cll_scale.evaluation.evaluator import significance
 from cll_scale.evaluation.report import summarize
 from cll_scale.evaluation.translator import Translator, check_beam
 from cll_scale.repro.evaluations import EvalSettings, Evaluations, cached_evaluation
@@ -139,14 +140,19 @@ class Reproduction:
         s, done = self.study, self.evaluations.done
         settled = {name: d for name, d in self.runs.items() if name in done}
         pending = [name for name in self.runs if name not in settled]
-        reports = {}
+        reports, paired = {}, {}
         for split in s.evaluation.splits:
             entries = {k: v for name in settled for k, v in done[name][split].items()}
             reports[split] = summarize(entries, f"Multi30k {split}", s.evaluation.beam, s.evaluation.lid,
                                        log=lambda m: print(m, file=sys.stderr))
             write_atomic(self.figs / f"{split}.json", json_text(reports[split].to_json(), indent=1, ensure_ascii=False))
+            if len(settled) > 1:
+                paired[split] = significance(reports[split], list(settled), self.evaluations.test_set(split)[0],
+                                             self.figs / "hyps" / split)
+                write_atomic(self.figs / f"{split}_significance.json",
+                             json_text(paired[split].to_json(), indent=1, ensure_ascii=False))
         path = write_report(s.condition, s.report_name, settled, reports, s.budget, s.command, s.out,
-                            self.plan.groups if s.seeds else None, pending)
+                            self.plan.groups if s.seeds else None, pending, paired)
         print(f"[cll-repro] wrote {path}: {len(settled)} of {len(self.runs)} models"
               + (f", still to train: {', '.join(pending)}" if pending else ""), file=sys.stderr)
         return path

@@ -20,6 +20,7 @@ from cll_scale.core.compat import LEGACY, LEGACY_MODEL
 from cll_scale.core.hardware import available_memory, cpu_bf16_speedup, size_text
 from cll_scale.core.outputs import DirLock, check_apart, check_owner, json_text, write_atomic
 from cll_scale.core.settings import default_of
+from cll_scale.core.versions import versions
 from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import ShardStream
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode
@@ -194,6 +195,7 @@ def build_run(recipe: dict, resume: bool = False) -> Run:
     if str(cfg.train.ds_config) != "auto":     # a recipe or a damaged file as --ds-config: before the lock and the model
         read_ds_config(resolve_ds_config(cfg.train.ds_config)[0])
     check_memory(cfg)
+    cfg.log.dashboards()            # a dashboard asked for and not installed: refused before any work
     run_dir = Path(cfg.train.run_dir)
     if resume and not run_dir.is_dir():
         raise FileNotFoundError(f"--resume: {run_dir} does not exist, so there is nothing to resume; "
@@ -282,7 +284,8 @@ def _build(cfg: RunConfig, manifest: Manifest, run_dir: Path, lock, rank: int, w
     torch.manual_seed(cfg.train.seed)        # identical initial weights on every rank
     model = CLLTransformer(cfg.model)
     frozen = init_and_freeze(model, cfg.train.init_from, cfg.train.freeze, tag, say)
-    ds_config = ds.make_ds_config(cfg.train.ds_config, cfg.optim, cfg.train.grad_accum, world, run_dir, universal)
+    ds_config = ds.make_ds_config(cfg.train.ds_config, cfg.optim, cfg.train.grad_accum, world, run_dir, universal,
+                                  cfg.log.dashboards())
     guard, loss_fn = None, projected_loss
     if cfg.train.compile:
         loss_fn = compile_model(model, cfg.train.compile)
@@ -342,6 +345,7 @@ def _finish(run: Run, say) -> None:
         write_atomic(run.run_dir / "config.json", json_text(cfg.to_json(), indent=1))
         write_atomic(run.run_dir / "ds_config.json", json_text(run.ds_config, indent=1))
         (run.run_dir / "git.txt").write_text(git_commit() + "\n")
+        write_atomic(run.run_dir / "versions.json", json_text(versions(), indent=1))
     if run.validator.split is None:
         say("the shards have no validation split: no validation, and no export-best/")
 
@@ -360,7 +364,7 @@ MAY_CHANGE_ON_RESUME = {
     "data": ("verify",),
     "checkpoint": ("every", "keep_last", "export"),
     "valid": ("every",),
-    "log": ("every", "peak_tflops"),
+    "log": ("every", "peak_tflops", "tensorboard", "wandb"),
 }
 # With train.new_data (cll-bt's epochs) the rows change on purpose: which split, directions and
 # share; the input format (the tag) and everything else never do.

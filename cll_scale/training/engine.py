@@ -51,10 +51,11 @@ def device() -> torch.device:
 
 
 def make_ds_config(path: str | Path, optim, grad_accum: int, world_size: int, run_dir: str | Path,
-                   load_universal: bool = False) -> dict:
+                   load_universal: bool = False, dashboards: tuple[str, ...] = ()) -> dict:
     """Engine settings from ``ds_configs/*.json`` plus the recipe's (``optim``: an
     :class:`~cll_scale.training.optim.OptimConfig`; ``grad_accum``: ``train.grad_accum``) — the one place
-    where batch size, accumulation and clipping meet.
+    where batch size, accumulation and clipping meet. ``dashboards``: DeepSpeed monitors switched on
+    besides those the file enables (``tensorboard``, ``wandb``: ``log.tensorboard``, ``log.wandb``).
 
     A microbatch is one token-budget batch from the stream, so DeepSpeed's "micro batch" is 1;
     the global batch is then ``1 × grad_accum × world_size`` microbatches, checked here.
@@ -89,7 +90,10 @@ def make_ds_config(path: str | Path, optim, grad_accum: int, world_size: int, ru
             # Our skip-on-non-finite guard lives in the client optimizer (GuardedAdamW); without it
             # DeepSpeed's own check (one host sync per step) must keep a bad step out.
             cfg["bf16"]["check_grad_overflow"] = True
-    for monitor in ("csv_monitor", "tensorboard", "wandb"):
+    for monitor in dashboards:     # TensorBoard's events go beside the CSV monitor's, under train/
+        cfg[monitor] = {**({"job_name": "train"} if monitor == "tensorboard" else {}), **cfg.get(monitor, {}),
+                        "enabled": True}
+    for monitor in ("csv_monitor", "tensorboard"):     # wandb keeps its files in its own place
         if cfg.get(monitor, {}).get("enabled"):
             cfg[monitor]["output_path"] = str(Path(run_dir) / "monitor") + "/"
     if load_universal:

@@ -17,7 +17,7 @@ from cll_scale.data.stream import Batch, eval_batches
 from cll_scale.evaluation.evaluator import score_model
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
-from cll_scale.model.decoding import DecodeConfig
+from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.model.model import projected_loss
 from cll_scale.training import collectives
 
