@@ -134,18 +134,20 @@ def test_results_script_merges_the_runs_own_evaluations(tmp_path):
     reports cll-bt and cll-extend wrote (no model decoded twice); beams that differ are refused."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from results import merged_table
+    from cll_scale.evaluation.report import EvalReport
     report = json.loads((ROOT / "docs" / "results" / "triangle" / "test_2016_flickr.json").read_text())
-    run = {**report, "models": {"before": report["models"]["baseline"], "after 2 BT epochs": report["models"]["fcll"]}}
-    table, *plots = merged_table({"baseline": run, "fcll": run}, {"before": "", "after 2 BT epochs": " + BT"},
+    raw = {**report, "models": {"before": report["models"]["baseline"], "after 2 BT epochs": report["models"]["fcll"]}}
+    run = lambda **kw: EvalReport.from_json({**raw, **kw})                  # noqa: E731  (each its own copy)
+    table, *plots = merged_table({"baseline": run(), "fcll": run()}, {"before": "", "after 2 BT epochs": " + BT"},
                                  tmp_path / "bt")
     merged = json.loads((tmp_path / "bt" / "results.json").read_text())
     assert list(merged["models"]) == ["baseline", "baseline + BT", "fcll", "fcll + BT"]
-    assert merged["models"]["fcll + BT"] == report["models"]["fcll"] and "| fcll + BT |" in table
+    assert merged["models"]["fcll + BT"] == run().models["after 2 BT epochs"].to_json() and "| fcll + BT |" in table
     # the markdown links the plots by a path relative to the folder that holds it and `bt/`
     assert plots == ["![BLEU and off-target](bt/bleu_offtarget.png)", "![learned t_l](bt/t_weights.png)"]
     assert all((tmp_path / "bt" / png).is_file() for png in ("bleu_offtarget.png", "t_weights.png"))
     with pytest.raises(SystemExit, match="beam"):
-        merged_table({"baseline": run, "fcll": {**run, "beam": 1}}, {}, tmp_path / "other")
+        merged_table({"baseline": run(), "fcll": run(beam=1)}, {}, tmp_path / "other")
 
 
 def test_extension_summary_keeps_old_and_new_directions_apart():

@@ -10,7 +10,7 @@ from pathlib import Path
 from cll_scale.core.cli import pick_device
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import json_text, write_atomic
-from cll_scale.data.manifest import Manifest
+from cll_scale.data.manifest import MANIFEST, Manifest
 from cll_scale.evaluation.evaluator import evaluate_entries, file_name, select_directions
 from cll_scale.evaluation.report import ModelEntry
 from cll_scale.evaluation.testsets import pairs_from_shards
@@ -62,6 +62,10 @@ class Evaluations:
         self.done: dict[str, dict[str, dict[str, ModelEntry]]] = {}     # model -> split -> entries
         self.test_sets: dict[str, tuple] = {}       # read only if some model has to be decoded
         self.manifest: Manifest | None = None       # the shards', read once with the first test set
+
+    def has_test_sets(self) -> bool:
+        """Whether the shards the test sets are read from are here."""
+        return (self.shards / MANIFEST).is_file()
 
     def test_set(self, split: str) -> tuple:
         if split not in self.test_sets:
