@@ -104,6 +104,25 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
     return out
 
 
+RENDEZVOUS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def no_world_left_in_the_environment():
+    """A test whose in-process command leaves a one-process world's rendezvous variables in the
+    environment fails, with the environment restored: every process a later test starts would
+    inherit rank 0 of a world of 1 and a port that may still be listening (EADDRINUSE)."""
+    before = {k: os.environ.get(k) for k in RENDEZVOUS}
+    yield
+    now = {k: os.environ.get(k) for k in RENDEZVOUS}
+    for key, value in before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    assert now == before, f"the test left the rendezvous variables {now} (before: {before})"
+
+
 @pytest.fixture(autouse=True)
 def ctrl_c_left_as_found():
     """A test that leaves Ctrl-C blocked or its handler changed in the test process fails, with the

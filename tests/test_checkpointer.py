@@ -7,7 +7,6 @@ A real ZeRO-2 DeepSpeed engine (fp32, the run's client optimizer and schedule) o
 model, in the one-process gloo world cll-train makes without a launcher: the file runs in seconds.
 """
 import json
-import os
 
 import pytest
 import torch
@@ -23,22 +22,15 @@ from cll_scale.training.rundir import (META, CheckpointConfig, checkpoint_proble
 
 @pytest.fixture(scope="module", autouse=True)
 def one_process_world():
-    """The world ``init_distributed`` makes without a launcher. The environment and the process
-    group are left as they were found, for the tests that run after these in the same process."""
+    """The world ``init_distributed`` makes without a launcher, left for the tests that run after
+    these in the same process: leaving it takes its rendezvous variables away again."""
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() != 1:
         pytest.skip("a process group of several ranks is already up")
-    before = dict(os.environ)
     created = not torch.distributed.is_initialized()
-    if created:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(collectives.free_port()))
     ds.init_distributed()
     yield
     if created:
         collectives.shutdown()
-    for key in set(os.environ) - set(before):
-        del os.environ[key]
-    os.environ.update(before)
 
 
 # -- what a run hands the checkpointer ---------------------------------------------------------

@@ -5,6 +5,7 @@ group goes through DeepSpeed (:func:`cll_scale.training.engine.init_distributed`
 """
 from __future__ import annotations
 
+import os
 import socket
 import sys
 
@@ -15,6 +16,7 @@ from cll_scale.core.outputs import OutputError
 
 
 _HOST_GROUP = None     # a gloo group for host numbers when the training group is NCCL
+_OWN_WORLD_KEYS: tuple[str, ...] = ()   # the rendezvous variables set by one_process_world
 
 
 def open_host_group() -> None:
@@ -32,6 +34,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def one_process_world() -> None:
+    """Describe a one-process world in the environment, for a start without a launcher (which
+    DeepSpeed would otherwise meet with MPI discovery). The variables are taken away again when
+    the group is left: a process that trains in-process and later starts other processes (a
+    test, a notebook, a sweep) must not hand them its rank and its rendezvous port."""
+    global _OWN_WORLD_KEYS
+    own = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
+    if "MASTER_PORT" not in os.environ:
+        own["MASTER_PORT"] = str(free_port())
+    os.environ.update(own)
+    _OWN_WORLD_KEYS = tuple(own)
+
+
 def _destroy() -> None:
     """Destroy every process group, through DeepSpeed's own call when DeepSpeed set the groups up:
     it also drops the groups it cached (its clone of the world group), which a later start in the
@@ -42,6 +57,14 @@ def _destroy() -> None:
         ds_comm.destroy_process_group()
     else:
         torch.distributed.destroy_process_group()
+    _forget_own_world()
+
+
+def _forget_own_world() -> None:
+    global _OWN_WORLD_KEYS
+    for key in _OWN_WORLD_KEYS:
+        os.environ.pop(key, None)
+    _OWN_WORLD_KEYS = ()
 
 
 def shutdown() -> None:

@@ -28,8 +28,7 @@ def init_distributed() -> tuple[int, int, int]:
     from deepspeed.utils import logger
     logger.setLevel(logging.WARNING)   # DeepSpeed's INFO lines would drown the run's own log
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(collectives.free_port()))
+        collectives.one_process_world()
     if not torch.cuda.is_available():
         # On CPU DeepSpeed's comm backend JIT-compiles a shared-memory all-reduce kernel
         # (70-110 s on 2 cores) that only its inference path uses; training talks through
