@@ -787,6 +787,24 @@ def test_progress_reads_each_training_and_says_the_time_left(tmp_path):
     assert not Progress(Budget(steps=10), parallel=1, stream=Terminal()).active
 
 
+def test_progress_after_a_resume_measures_from_the_rows_the_resumed_training_writes():
+    """A training resumed from its checkpoint at step 800 drops the rows it had logged after it
+    (825 and 850, from a sitting that was paused for hours); cll-repro may read the stale last row
+    before the training drops it. The time left is then measured from the resumed rows, not from
+    the stale row (which gave "under a minute left" for an hour)."""
+    import io
+    from cll_scale.repro.plan import Budget
+    from cll_scale.repro.scheduler import Progress
+    progress = Progress(Budget(steps=2100), parallel=2, stream=io.StringIO(), every_s=0)
+    assert progress.left("baseline", 850, 9000.0) is None          # the stale row: no rate yet
+    assert progress.left("baseline", 825, 4520.0) is None          # behind it: measured from here
+    assert progress.left("baseline", 875, 4750.0) == (2100 - 875) * 230.0 / 50
+    same_step = Progress(Budget(steps=2100), parallel=2, stream=io.StringIO(), every_s=0)
+    same_step.left("fcll", 850, 9000.0)
+    assert same_step.left("fcll", 850, 4653.0) is None              # rewritten at the same step
+    assert same_step.left("fcll", 875, 4750.0) == (2100 - 875) * 97.0 / 25
+
+
 def test_progress_tells_a_finished_training_from_a_stopped_or_failed_one(tmp_path, capsys):
     """Issue 66: cll-repro printed "baseline: step 0/2, trained" before "training baseline failed
     (exit 2)", and after a SIGTERM "step 450/1,250, trained", then "failed (exit 143); its message

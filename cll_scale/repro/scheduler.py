@@ -151,6 +151,12 @@ class Progress:
     def left(self, name: str, step: int, elapsed: float) -> float | None:
         """Seconds to the budget, at the rate of this sitting's steps so far; None before two readings."""
         step0, elapsed0 = self.first.setdefault(name, (step, elapsed))
+        if step < step0 or elapsed < elapsed0:
+            # A resumed training drops the rows logged after its checkpoint, and the first reading
+            # may have been one of them (read before the training started): a rate measured from
+            # it would come out zero or negative ("under a minute left" for an hour), so the
+            # sitting's rate is measured from here.
+            self.first[name] = step0, elapsed0 = step, elapsed
         estimates = [self.budget.minutes * 60 - elapsed] if self.budget.minutes else []
         if self.budget.steps and step > step0:
             estimates.append((self.budget.steps - step) * (elapsed - elapsed0) / (step - step0))
