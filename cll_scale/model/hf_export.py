@@ -49,10 +49,13 @@ def hf_state_dict(model: CLLTransformer) -> dict[str, torch.Tensor]:
         key = {"encoder": "encoder_layers", "decoder": "decoder_layers"}.get(head, head)
         out[f"{key}.{rest}" if rest else key] = tensor
     views = [model.lsl_views(slot) for slot in range(len(model.lsl))]       # [slot][cll index] -> 5 tensors
+    d, r = model.cfg.d_model, model.cfg.lsl_dim
+    shapes = {"w1": (r, d), "b1": (r,), "w2": (d, r), "b2": (d,), "t": ()}
     for index, layer in enumerate(model.cfg.cll_layers):
-        for k, part in enumerate(("w1", "b1", "w2", "b2", "t")):
-            stacked = torch.stack([v[index][k] for v in views]) if views else torch.zeros(0)
-            out[f"decoder_layers.{layer}.ffn.lsl_{part}"] = stacked.reshape(-1) if part == "t" else stacked
+        for k, (part, shape) in enumerate(shapes.items()):
+            # (L, *shape); t_l is a (1,) view per language, stacked to (L,)
+            stacked = torch.stack([v[index][k].reshape(shape) for v in views]) if views else torch.zeros(0, *shape)
+            out[f"decoder_layers.{layer}.ffn.lsl_{part}"] = stacked
     return {k: v.detach().to(torch.float32).contiguous().clone() for k, v in out.items()}
 
 
