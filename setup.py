@@ -65,6 +65,7 @@ setup(
             "cll-bt=cll_scale.backtranslate:main",
             "cll-extend=cll_scale.extend:main",
             "cll-analyze=cll_scale.analyze:main",
+            "cll-export=cll_scale.export:main",
             "cll-demo=demo.app:main",
         ],
     },

@@ -27,7 +27,7 @@ LAYERS = (
     ("cll_scale.loops", "fine-tuning, back-translation, new-language extension"),
     ("cll_scale.analysis", "paper §5: attribution and attention"),
     ("cll_scale.repro", "cll-repro's studies"),
-    ("cll_scale", "the commands: cll-train, cll-translate, cll-eval, cll-bt, cll-extend, cll-analyze"),
+    ("cll_scale", "the commands: cll-train, cll-translate, cll-eval, cll-bt, cll-extend, cll-analyze, cll-export"),
 )
 NAMES = [name for name, _ in LAYERS]
 
@@ -79,8 +79,8 @@ def package_modules(root: str = "cll_scale") -> list[Path]:
 
 def test_every_module_sits_in_a_layer_and_the_top_holds_only_commands():
     top = sorted(p.name for p in (ROOT / "cll_scale").glob("*.py"))
-    assert top == ["__init__.py", "analyze.py", "backtranslate.py", "evaluate.py", "extend.py", "train.py",
-                   "translate.py"], top
+    assert top == ["__init__.py", "analyze.py", "backtranslate.py", "evaluate.py", "export.py", "extend.py",
+                   "train.py", "translate.py"], top
     for path in (ROOT / "cll_scale").glob("*.py"):
         if path.name != "__init__.py":
             assert re.search(r"^def main\(argv", path.read_text(encoding="utf-8"), re.M), f"{path.name} has no main()"
