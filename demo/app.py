@@ -94,6 +94,9 @@ def describe(translator: Translator, output: str, src: str, tgt: str) -> str:
         return f"{badge} · (empty output)"
     lang = detect(output, translator.languages)
     second = f"lingua: `{lingua_for(tuple(translator.languages)).detect_many([output])[0]}`"
+    if lang is None:                # no letters to judge: not the requested language either
+        return (coloured("OFF-TARGET: no language detected in the output", OFF_TARGET)
+                + f", `{tgt}` was requested · {badge}")
     if lang != tgt:
         return (coloured(f"OFF-TARGET: output detected as `{lang}`", OFF_TARGET)
                 + f" ({second}), `{tgt}` was requested · {badge}")

@@ -78,12 +78,16 @@ def screenshot(models: list[str], args, text: str, direction: Direction) -> None
     server = subprocess.Popen(cmd, cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}/"
-        for _ in range(600):
+        # The server listens once its models are loaded and the first example translated by each.
+        deadline = time.monotonic() + args.wait
+        while True:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if server.poll() is not None:
                 raise SystemExit(f"cll-demo exited with {server.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"cll-demo did not listen within {args.wait} s (--wait)")
             time.sleep(0.5)
         chromium = shutil.which("chromium") or "/usr/bin/chromium"
         with sync_playwright() as p:
@@ -163,6 +167,7 @@ def main(argv=None) -> int:
     p.add_argument("--examples", default=str(ROOT.parent / "shared" / "data" / "multi30k"),
                    help="cll-demo --examples (empty: none)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "demo.png")
+    p.add_argument("--wait", type=int, default=900, help="seconds to wait for cll-demo to start listening")
     p.add_argument("--why-out", type=Path, help="also the 'Why this language?' tab for the last model "
                                                 "(e.g. docs/demo-why.png)")
     args = p.parse_args(argv)
