@@ -96,7 +96,7 @@ def describe(translator: Translator, output: str, src: str, tgt: str) -> str:
     second = f"lingua: `{lingua_for(tuple(translator.languages)).detect_many([output])[0]}`"
     if lang is None:                # no letters to judge: not the requested language either
         return (coloured("OFF-TARGET: no language detected in the output", OFF_TARGET)
-                + f", `{tgt}` was requested · {badge}")
+                + f" ({second}), `{tgt}` was requested · {badge}")
     if lang != tgt:
         return (coloured(f"OFF-TARGET: output detected as `{lang}`", OFF_TARGET)
                 + f" ({second}), `{tgt}` was requested · {badge}")
