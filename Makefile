@@ -17,6 +17,8 @@ quickstart: env
 QUICKSTART_RUNS ?= runs/quickstart
 QS_RUN = $(QUICKSTART_RUNS)/runs/multi30k-$(if $(filter centered,$(QUICKSTART_CONDITION)),centered,triangle-quickstart)
 qs_export = $(firstword $(wildcard $(QS_RUN)-$(1)/export-best) $(QS_RUN)-$(1)/export)
+# ...and the report that evaluated them: the demo shows each model's measured zero-shot off-target rate from it
+QS_REPORT = $(QUICKSTART_RUNS)/results/$(if $(filter centered,$(QUICKSTART_CONDITION)),centered,triangle-quickstart)
 
 QS_VARS = QUICKSTART_CONDITION=$(QUICKSTART_CONDITION) QUICKSTART_RUNS=$(QUICKSTART_RUNS)
 
@@ -24,7 +26,7 @@ demo: env
 	@for m in $(call qs_export,baseline) $(call qs_export,fcll); do [ -f "$$m/export.json" ] || { \
 	    echo "make demo: no quickstart model at $$m: run make quickstart first ($(QS_VARS))" >&2; exit 2; }; done
 	$(PY) -m demo --model baseline=$(call qs_export,baseline) --model fcll=$(call qs_export,fcll) \
-	    --examples $(MULTI30K)
+	    --examples $(MULTI30K) $(if $(wildcard $(QS_REPORT)/evaluated),--results $(QS_REPORT))
 
 # The suite on TEST_WORKERS processes (pytest-xdist; one torch thread each); the tests marked
 # whole_machine run last, one at a time, with no other test beside them (tests/conftest.py)

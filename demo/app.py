@@ -4,7 +4,14 @@
 
     cll-demo --model baseline=runs/quickstart/runs/multi30k-triangle-quickstart-baseline/export-best \\
              --model fcll=runs/quickstart/runs/multi30k-triangle-quickstart-fcll/export-best \\
-             --examples ../shared/data/multi30k
+             --examples ../shared/data/multi30k --results runs/quickstart/results/triangle-quickstart
+
+The page opens on the first zero-shot example already translated by every model, each output
+with its detected language (green on target, red off target), and under it the model's zero-shot
+off-target rate as measured by ``--results``: a ``cll-repro`` report directory (its cached
+evaluations name the export they scored, so a model is matched by its export) or a ``cll-eval``
+``--out`` directory or ``results.json`` (its entries are matched by the ``--model`` name);
+"not measured" where none of them has the model.
 
 Binds 127.0.0.1 unless ``--host`` says otherwise, never creates a share link, queues requests
 with a concurrency limit, caps the input length with a visible message, and sets the
@@ -22,9 +29,11 @@ for _key, _value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "
 import argparse  # noqa: E402
 import copy  # noqa: E402
 import csv  # noqa: E402
+import hashlib  # noqa: E402
 import html  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -32,9 +41,12 @@ import sacrebleu  # noqa: E402
 
 from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, plain_text, positive_int  # noqa: E402
 from cll_scale.core.errors import run_guarded  # noqa: E402
+from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
 from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
 from cll_scale.data.manifest import UNSEEN  # noqa: E402
+from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED  # noqa: E402
+from cll_scale.evaluation.report import EvalReport, ModelEntry  # noqa: E402
 from cll_scale.evaluation.translator import Translator  # noqa: E402
 
 MAX_CHARS = 1000
@@ -62,18 +74,114 @@ def lingua_for(languages: tuple[str, ...]) -> Lingua:
     return Lingua(list(languages))
 
 
+# The detected language's colour: the same green and red as the "why" view's bars. The class
+# names are what the browser test and a stylesheet find; the inline colour needs no stylesheet.
+ON_TARGET, OFF_TARGET = ("lang-on", "#2e7d32"), ("lang-off", "#c62828")
+
+
+def coloured(text: str, kind: tuple[str, str]) -> str:
+    css_class, colour = kind
+    return f'<span class="{css_class}" style="color:{colour};font-weight:600">{text}</span>'
+
+
 def describe(translator: Translator, output: str, src: str, tgt: str) -> str:
-    """The line under each output: detected language (langdetect decides the flag, as the paper's
-    measure; lingua's verdict beside it), off-target warning, training badge."""
+    """The line under each output: detected language, green on target and red off target
+    (langdetect decides, restricted to the model's languages; lingua's verdict beside it), and
+    the training badge."""
     kind = direction_kind(translator, src, tgt)
     badge = f"**{src}→{tgt}: {kind}** in this model's training data"
     if not output:
         return f"{badge} · (empty output)"
     lang = detect(output, translator.languages)
     second = f"lingua: `{lingua_for(tuple(translator.languages)).detect_many([output])[0]}`"
+    if lang is None:                # no letters to judge: not the requested language either
+        return (coloured("OFF-TARGET: no language detected in the output", OFF_TARGET)
+                + f" ({second}), `{tgt}` was requested · {badge}")
     if lang != tgt:
-        return f"**OFF-TARGET**: output detected as `{lang}` ({second}), `{tgt}` was requested · {badge}"
-    return f"on target: detected `{lang}` ({second}) · {badge}"
+        return (coloured(f"OFF-TARGET: output detected as `{lang}`", OFF_TARGET)
+                + f" ({second}), `{tgt}` was requested · {badge}")
+    return coloured(f"on target: detected `{lang}`", ON_TARGET) + f" ({second}) · {badge}"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A model's zero-shot off-target rate in one evaluation, and where it was read."""
+    test_set: str
+    off_target: float           # % of zero-shot outputs not in the target language, plain langdetect (the paper's)
+    restricted: float           # % with the decision restricted to the model's languages
+    sentences: int
+    directions: int
+    beam: int
+    source: str                 # the file it was read from
+    matched: str                # how the model was found in it: "its export" or "its name"
+
+    def line(self) -> str:
+        return (f"**measured zero-shot off-target: {self.off_target:.1f}%** (langdetect, the paper's measure; "
+                f"{self.restricted:.1f}% restricted to its languages) on {self.test_set}, {self.sentences:,} "
+                f"sentences in {self.directions} zero-shot direction{'s' * (self.directions != 1)}, beam {self.beam} · "
+                f"`{self.source}`, "
+                f"matched by {self.matched}")
+
+
+def measured_of(entry: ModelEntry, test_set: str, beam: int, source: Path, matched: str) -> Measured | None:
+    """The zero-shot figures of a report entry (None when it scored no zero-shot direction)."""
+    zero = [d for d in entry.directions if d.kind == "zero-shot"]
+    off, restricted = entry.average("zero-shot", "off_target"), entry.average("zero-shot", "off_target_restricted")
+    if not zero or off is None or restricted is None:
+        return None
+    return Measured(test_set, off, restricted, sum(d.n for d in zero), len(zero), beam, str(source), matched)
+
+
+def default_entry(entries: dict[str, ModelEntry]) -> ModelEntry | None:
+    """The entry of the model as trained: not the LSLs-off or tag-omitted one beside it."""
+    return next((e for key, e in entries.items() if not key.endswith((LSL_OFF, TAG_OMITTED))), None)
+
+
+def export_identity(export: Path) -> str | None:
+    """The identity cll-repro records for an export it evaluated, the sha256 of its export.json
+    (which holds every file's sha256; :func:`cll_scale.repro.records.export_id`), wherever the
+    export lies now; None when there is none to read."""
+    manifest = export / "export.json"
+    return hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
+
+
+def read_measured(results: list[str], models: dict[str, str]) -> dict[str, list[Measured]]:
+    """Each model's measured zero-shot off-target rates, from every ``--results`` path:
+    a cll-repro report directory, whose cached evaluations (``evaluated/<split>/<model>.json``,
+    :mod:`cll_scale.repro.evaluations`) record the export they scored, so a model is found by its
+    export whatever it is called; or a cll-eval ``--out`` directory or any evaluation report JSON
+    (:class:`EvalReport`), whose entries are found by the model's ``--model`` name."""
+    found: dict[str, list[Measured]] = {name: [] for name in models}
+    ids = {name: export_identity(Path(path)) for name, path in models.items()}
+    for given in map(Path, results):
+        if (given / "evaluated").is_dir():
+            for cached in sorted((given / "evaluated").glob("*/*.json")):
+                record = read_json_object(cached)
+                entry = default_entry({k: ModelEntry.from_json(v) for k, v in record.get("entries", {}).items()})
+                settings = record.get("settings", {})
+                for name in models:
+                    if entry is not None and ids[name] is not None and settings.get("export") == ids[name]:
+                        m = measured_of(entry, cached.parent.name, settings.get("beam"), cached, "its export")
+                        found[name] += [m] if m else []
+            continue
+        path = given / "results.json" if given.is_dir() else given
+        if not path.is_file():
+            raise FileNotFoundError(2, "--results: neither a cll-repro report directory (with evaluated/) nor "
+                                       "a cll-eval output (results.json)", str(given))
+        report = EvalReport.load(path)
+        for name in models:
+            if name in report.models:
+                m = measured_of(report.models[name], report.test_set, report.beam, path, "its name")
+                found[name] += [m] if m else []
+    return found
+
+
+def measured_text(measured: list[Measured]) -> str:
+    """The lines under a model's output: each measured rate, or "not measured"."""
+    if not measured:
+        return ("**measured zero-shot off-target: not measured** (no evaluation of this model was given: "
+                "`--results`)")
+    return "\n\n".join(m.line() for m in measured)
 
 
 def load_examples(path: str | None, languages: list[str], zero_shot: list[str], n: int = 2) -> list[list[str]]:
@@ -91,9 +199,12 @@ def load_examples(path: str | None, languages: list[str], zero_shot: list[str], 
 
 
 class Demo:
-    def __init__(self, models: dict[str, str], device: str = "cpu", max_chars: int = MAX_CHARS):
+    def __init__(self, models: dict[str, str], device: str = "cpu", max_chars: int = MAX_CHARS,
+                 results: list[str] = ()):
         if max_chars < 1:
             raise ValueError(f"max_chars must be >= 1, not {max_chars}: every request would be refused")
+        # Read before any model loads: a bad --results path fails in a second, not after the loading.
+        self.measured = read_measured(list(results), models)
         from cll_scale.model.decode_config import DecodeConfig
         from cll_scale.evaluation.translator import TranslateConfig
         self.translators = {name: Translator.load(path, device, TranslateConfig(DecodeConfig()))
@@ -270,28 +381,39 @@ def build_app(demo: Demo, examples_dir: str | None = None):
     import gradio as gr
     first = next(iter(demo.translators.values()))
     zero_shot = first.manifest.zero_shot
-    default = list(Direction.parse(zero_shot[0])) if zero_shot else demo.languages[:2]
+    examples = load_examples(examples_dir, demo.languages, zero_shot)
+    # The page opens on the first zero-shot example, already translated by every model (once, here):
+    # the contrast is there before any click.
+    if examples:
+        default = examples[0][1:]
+        opening = demo.translate(examples[0][0], *default)
+    else:
+        default = list(Direction.parse(zero_shot[0])) if zero_shot else demo.languages[:2]
+        opening = [""] * (2 * len(demo.translators))
     with gr.Blocks(title="cll-scale: Baseline vs CLL") as app:
         gr.Markdown("# cll-scale: zero-shot translation, Baseline vs Central Language-aware Layers\n"
-                    "Pick a **zero-shot** direction (no parallel data in training) and compare the models: "
-                    "a Baseline often answers in the wrong language (*off-target*).")
+                    "On a **zero-shot** direction (no parallel data in training) a Baseline often answers in the "
+                    "wrong language (*off-target*). Below, a zero-shot test sentence as each model translated it, "
+                    "the language detected in each output (green: the one requested; red: another), and each "
+                    "model's off-target rate measured on the whole test set. Pick another sentence or direction "
+                    "and press Translate.")
         with gr.Tab("Translate"):
             with gr.Row():
                 src = gr.Dropdown(demo.languages, value=default[0], label="source language")
                 tgt = gr.Dropdown(demo.languages, value=default[1], label="target language")
                 lsl_off = gr.Checkbox(False, label="switch off LSL (paper Table 10 ablation)")
                 omit_tag = gr.Checkbox(False, label="omit the language tag (paper Table 8)")
-            # The first zero-shot example is filled in: a visitor sees the off-target problem with one click.
-            examples = load_examples(examples_dir, demo.languages, zero_shot)
             text = gr.Textbox(examples[0][0] if examples else "", lines=3, elem_id="source-text",
                               label=f"source text (at most {demo.max_chars:,} characters)")
             button = gr.Button("Translate", variant="primary")
             outputs = []
             with gr.Row():
-                for name in demo.translators:
+                for i, name in enumerate(demo.translators):
                     with gr.Column():
-                        outputs.append(gr.Textbox(label=name, interactive=False, elem_id=f"out-{name}"))
-                        outputs.append(gr.Markdown(elem_id=f"info-{name}"))
+                        outputs.append(gr.Textbox(opening[2 * i], label=name, interactive=False,
+                                                  elem_id=f"out-{name}"))
+                        outputs.append(gr.Markdown(opening[2 * i + 1], elem_id=f"info-{name}"))
+                        gr.Markdown(measured_text(demo.measured[name]), elem_id=f"rate-{name}")
             if examples:
                 gr.Examples(examples, [text, src, tgt], label="zero-shot examples from test_2016_flickr")
             button.click(demo.translate, [text, src, tgt, lsl_off, omit_tag], outputs, api_name="translate")
@@ -307,7 +429,8 @@ def build_app(demo: Demo, examples_dir: str | None = None):
                 why_src = gr.Dropdown(demo.languages, value=default[0], label="language of the sentence")
                 why_tgt = gr.Dropdown(demo.languages, value=default[1], label="language to translate into")
                 why_omit = gr.Checkbox(False, label="omit the language tag")
-            why_text = gr.Textbox(label=f"sentence to explain (at most {demo.max_chars:,} characters)", lines=2)
+            why_text = gr.Textbox(examples[0][0] if examples else "", lines=2,
+                                  label=f"sentence to explain (at most {demo.max_chars:,} characters)")
             why_steps = gr.Slider(2, MAX_WHY_STEPS, value=WHY_STEPS, step=1, label="integration steps")
             explain = gr.Button("Explain", variant="primary")
             why_info = gr.Markdown(elem_id="why-info")
@@ -329,7 +452,12 @@ def build_app(demo: Demo, examples_dir: str | None = None):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-demo", description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
-    p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k)")
+    p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k); "
+                                      "the page opens on the first one, translated")
+    p.add_argument("--results", action="append", default=[], metavar="PATH",
+                   help="where the models' zero-shot off-target rates were measured: a cll-repro report "
+                        "directory (models found by their export) or a cll-eval --out directory or "
+                        "results.json (found by their --model name); repeatable")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0: every interface)")
     p.add_argument("--port", type=port_number, default=7860, help="TCP port, 1-65535")
     p.add_argument("--concurrency", type=positive_int, default=2, help="requests translated at once; others queue")
@@ -369,7 +497,7 @@ def launch(args, block: bool = True):
     if args.examples and not Path(args.examples).is_dir():
         raise FileNotFoundError(2, "--examples: no such directory (a multi-way test directory, e.g. Multi30k)",
                                 args.examples)
-    demo = Demo(parse_models(args.model), pick_device(args.device), args.max_chars)
+    demo = Demo(parse_models(args.model), pick_device(args.device), args.max_chars, args.results)
     app = build_app(demo, args.examples)
     app.queue(default_concurrency_limit=args.concurrency, max_size=256)
     app.launch(server_name=args.host, server_port=args.port, share=False, prevent_thread_lock=not block,

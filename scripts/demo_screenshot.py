@@ -1,17 +1,26 @@
-"""``docs/demo.png`` from real models: pick a zero-shot test sentence on which the first model
-answers in the wrong language and the others in the requested one (from the hypotheses files that
-``cll-eval`` / ``cll-repro`` wrote, so nothing is decoded to choose it), start ``cll-demo`` on the
-exports, type the sentence in a headless Chromium and save the page.
+"""``docs/demo.png`` and ``docs/demo-why.png`` from real models: start ``cll-demo`` on the
+exports, open it in the headless Chromium the demo's browser test uses, and save the page as it
+opens (the first zero-shot test sentence translated by every model, each output's detected
+language in colour, each model's measured zero-shot off-target rate from ``--results``). From the
+models ``make quickstart`` trained:
 
     .venv/bin/python scripts/demo_screenshot.py \\
-        --model baseline=runs/study/runs/multi30k-triangle-baseline-seed1/export-best \\
-        --model fcll=runs/study/runs/multi30k-triangle-fcll-seed1/export-best \\
+        --model baseline=runs/quickstart/runs/multi30k-triangle-quickstart-baseline/export-best \\
+        --model fcll=runs/quickstart/runs/multi30k-triangle-quickstart-fcll/export-best \\
+        --results runs/quickstart/results/triangle-quickstart --why-out docs/demo-why.png
+
+``--why-out`` also saves the "Why this language?" tab for the last model (the CLL one) on the same
+sentence. To show another sentence: ``--text`` with ``--direction``, or let it be chosen from the
+hypotheses files that ``cll-eval`` / ``cll-repro`` wrote (nothing is decoded to choose it): the
+first test sentence on which the first model answers in the wrong language and the others in the
+requested one,
+
+    .venv/bin/python scripts/demo_screenshot.py --model baseline=... --model fcll=... \\
         --hyps docs/results/triangle-seeds/hyps/test_2016_flickr --hyps-names baseline_seed1,fcll_seed1 \\
         --data runs/study/shards/multi30k-triangle --split test_2016_flickr --direction de-cs
 
-``--why-out docs/demo-why.png`` also saves the "Why this language?" tab for the last model on the
-same sentence. ``--text`` skips the choice. The chosen sentence, each model's stored output and its language are
-printed, so the caption under the screenshot can say what it shows.
+The sentence shown and each model's output and its language are printed, so the caption under
+the screenshot can say what it shows.
 """
 from __future__ import annotations
 
@@ -62,32 +71,38 @@ def screenshot(models: list[str], args, text: str, direction: Direction) -> None
     from playwright.sync_api import sync_playwright
     port = free_port()
     cmd = [sys.executable, "-m", "demo", "--port", str(port), "--max-chars", "300",
-           *(a for spec in args.model for a in ("--model", spec))]
+           *(a for spec in args.model for a in ("--model", spec)),
+           *(a for path in args.results for a in ("--results", path))]
     if args.examples:
         cmd += ["--examples", args.examples]
     server = subprocess.Popen(cmd, cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}/"
-        for _ in range(600):
+        # The server listens once its models are loaded and the first example translated by each.
+        deadline = time.monotonic() + args.wait
+        while True:
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if server.poll() is not None:
                 raise SystemExit(f"cll-demo exited with {server.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"cll-demo did not listen within {args.wait} s (--wait)")
             time.sleep(0.5)
         chromium = shutil.which("chromium") or "/usr/bin/chromium"
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=chromium, args=[
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
             page.goto(url, wait_until="networkidle")
-            for label, lang in (("source language", direction.src), ("target language", direction.tgt)):
-                box = page.get_by_label(label).first
-                box.click()
-                box.fill(lang)
-                box.press("Enter")
-            page.get_by_label("source text").first.fill(text)
-            page.get_by_role("button", name="Translate", exact=True).click()
+            if text is not None:          # else the page as it opens: its first example, translated
+                for label, lang in (("source language", direction.src), ("target language", direction.tgt)):
+                    box = page.get_by_label(label).first
+                    box.click()
+                    box.fill(lang)
+                    box.press("Enter")
+                page.get_by_label("source text").first.fill(text)
+                page.get_by_role("button", name="Translate", exact=True).click()
             for name in models:
                 page.wait_for_function(f"document.querySelector('#out-{name} textarea')?.value.length > 0",
                                        timeout=300_000)
@@ -95,6 +110,11 @@ def screenshot(models: list[str], args, text: str, direction: Direction) -> None
             page.wait_for_function("document.querySelectorAll('.pending').length == 0", timeout=60_000)
             page.wait_for_timeout(1000)
             page.screenshot(path=str(args.out), full_page=False)
+            print(f"shown: {page.locator('#source-text textarea').input_value()}")
+            for name in models:
+                print(f"  {name}: {page.locator(f'#out-{name} textarea').input_value()}")
+                print(f"    {page.locator(f'#info-{name}').inner_text()}")
+                print(f"    {page.locator(f'#rate-{name}').inner_text()}")
             if args.why_out:
                 why(page, models[-1], text, direction, args.why_out)
             browser.close()
@@ -103,16 +123,20 @@ def screenshot(models: list[str], args, text: str, direction: Direction) -> None
         server.wait()
 
 
-def why(page, model: str, text: str, direction: Direction, out: Path) -> None:
-    """The "Why this language?" tab for ``model`` (the last one, the CLL model) on the same sentence."""
+def why(page, model: str, text: str | None, direction: Direction | None, out: Path) -> None:
+    """The "Why this language?" tab for ``model`` (the last one, the CLL model) on the same sentence
+    (the tab opens on the first example, as the Translate tab does)."""
     page.get_by_role("tab", name="Why this language?").click()
-    for label, value in (("model to explain", model), ("language of the sentence", direction.src),
-                         ("language to translate into", direction.tgt)):
+    fields = [("model to explain", model)]
+    if text is not None:
+        fields += [("language of the sentence", direction.src), ("language to translate into", direction.tgt)]
+    for label, value in fields:
         box = page.get_by_label(label).first
         box.click()
         box.fill(value)
         box.press("Enter")
-    page.get_by_label("sentence to explain").fill(text)
+    if text is not None:
+        page.get_by_label("sentence to explain").fill(text)
     page.get_by_role("button", name="Explain", exact=True).click()
     page.wait_for_function("document.querySelectorAll('#why-table .why-row').length > 0", timeout=300_000)
     page.wait_for_function("document.querySelectorAll('.pending').length == 0", timeout=60_000)
@@ -125,8 +149,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR",
                    help="the first one is the model shown off-target (the Baseline)")
-    p.add_argument("--direction", required=True, type=Direction.parse, help="a zero-shot direction, e.g. de-cs")
-    p.add_argument("--text", help="the sentence to type; otherwise chosen from --hyps")
+    p.add_argument("--direction", type=Direction.parse,
+                   help="a zero-shot direction, e.g. de-cs, for --text or --hyps; without them the page as it "
+                        "opens, on the first zero-shot example")
+    p.add_argument("--results", action="append", default=[], metavar="PATH",
+                   help="cll-demo --results: where the models' zero-shot off-target rates were measured "
+                        "(e.g. runs/quickstart/results/triangle-quickstart)")
+    p.add_argument("--text", help="the sentence to type; otherwise chosen from --hyps, or the page's first example")
     p.add_argument("--hyps", type=Path, help="hyps/<split> directory that cll-eval or cll-repro wrote")
     p.add_argument("--data", type=Path, help="the shard directory the hypotheses were decoded from")
     p.add_argument("--hyps-names", type=csv_list,
@@ -138,13 +167,16 @@ def main(argv=None) -> int:
     p.add_argument("--examples", default=str(ROOT.parent / "shared" / "data" / "multi30k"),
                    help="cll-demo --examples (empty: none)")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "demo.png")
+    p.add_argument("--wait", type=int, default=900, help="seconds to wait for cll-demo to start listening")
     p.add_argument("--why-out", type=Path, help="also the 'Why this language?' tab for the last model "
                                                 "(e.g. docs/demo-why.png)")
     args = p.parse_args(argv)
     models = [spec.split("=", 1)[0] for spec in args.model]
-    if args.text is None:
-        if args.hyps is None or args.data is None:
-            p.error("--hyps and --data choose the sentence; or give --text")
+    if (args.text is not None or args.hyps is not None) and args.direction is None:
+        p.error("--text and --hyps need --direction")
+    if args.text is None and args.hyps is not None:
+        if args.data is None:
+            p.error("--hyps needs --data, the shard directory the hypotheses were decoded from")
         if args.hyps_names and len(args.hyps_names) != len(models):
             p.error(f"--hyps-names names {len(args.hyps_names)} folders for {len(models)} models")
         args.text, outputs = choose(models, args.hyps, args.data, args.split, args.direction, *args.chars,

@@ -15,15 +15,100 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_export, multi30k):
+def measured_report(tiny_export, m30k_centered, tmp_path_factory) -> Path:
+    """A cll-repro report directory that holds the tiny model's cached evaluation (three sentences a
+    direction, greedy), written by cll-repro's own evaluation step on a run whose export is a copy
+    of ``tiny_export``: the demo finds it by the export, not by where it lies."""
+    from cll_scale.repro.evaluations import EvalSettings, Evaluations
+    root = tmp_path_factory.mktemp("study")
+    shutil.copytree(tiny_export, root / "run" / "export")
+    Evaluations(EvalSettings(("test_2016_flickr",), beam=1, max_sentences=3), m30k_centered, root / "report", None
+                ).of("tiny", root / "run")
+    return root / "report"
+
+
+def cached_entry(report: Path, name: str = "tiny"):
+    """The entry of ``name`` in the report's cached evaluation, read as cll-repro reads it."""
+    from cll_scale.evaluation.report import ModelEntry
+    from cll_scale.repro.evaluations import cached_evaluation
+    return ModelEntry.from_json(cached_evaluation(report, name, "test_2016_flickr")["entries"][name])
+
+
+@pytest.fixture(scope="module")
+def server(tiny_export, multi30k, measured_report):
     from demo.app import build_parser, launch
     port = free_port()
     args = build_parser().parse_args(["--model", f"baseline={tiny_export}", "--model", f"fcll={tiny_export}",
                                       "--examples", str(multi30k), "--port", str(port), "--max-chars", "300",
-                                      "--concurrency", "2"])
+                                      "--concurrency", "2", "--results", str(measured_report)])
     app = launch(args, block=False)
     yield f"http://127.0.0.1:{port}/", app
     app.close()
+
+
+def component(app, elem_id: str):
+    return next(b for b in app.blocks.values() if getattr(b, "elem_id", None) == elem_id)
+
+
+def first_example(multi30k: Path, translator) -> list[str]:
+    from demo.app import load_examples
+    return load_examples(str(multi30k), translator.languages, translator.manifest.zero_shot)[0]
+
+
+def test_the_page_opens_on_the_first_example_translated_with_each_models_measured_rate(server, tiny_export, multi30k,
+                                                                                      measured_report):
+    """Before any click the Translate tab holds the first zero-shot example, every model's output
+    of it (the Translator's), the line with its detected language in colour, and under it the
+    zero-shot off-target rate of the model's cached cll-repro evaluation, found by its export."""
+    from cll_scale.evaluation.translator import Translator
+    _, app = server
+    t = Translator.load(tiny_export)
+    text, src, tgt = first_example(multi30k, t)
+    assert component(app, "source-text").value == text
+    hyp = t.translate([text], tgt)[0]
+    off = detect(hyp, t.languages) != tgt
+    entry = cached_entry(measured_report)
+    for name in ("baseline", "fcll"):
+        assert component(app, f"out-{name}").value == hyp
+        info = component(app, f"info-{name}").value
+        assert f"{src}→{tgt}: zero-shot" in info and ('class="lang-off"' in info) == off
+        assert ('class="lang-on"' in info) == (not off)
+        rate = component(app, f"rate-{name}").value
+        assert f"{entry.average('zero-shot', 'off_target'):.1f}%" in rate, rate
+        assert f"{entry.average('zero-shot', 'off_target_restricted'):.1f}% restricted" in rate
+        zero = [d for d in entry.directions if d.kind == "zero-shot"]
+        assert f"{sum(d.n for d in zero):,} sentences in {len(zero)} zero-shot directions, beam 1" in rate
+        assert "matched by its export" in rate
+
+
+def test_measured_rates_are_found_by_export_or_by_name_and_otherwise_not_measured(
+        tiny_export, triangle_export, measured_report, m30k_centered, tmp_path, capsys):
+    """A cll-repro report gives the rate of the export it evaluated, whatever the model is called
+    here, and none to another export; a cll-eval output gives the rate of the entry named as the
+    model; a model no --results holds is "not measured"; a --results that is neither is refused
+    before any model loads."""
+    from cll_scale.evaluate import main as cll_eval
+    from cll_scale.evaluation.report import EvalReport
+    from demo.app import main, measured_text, read_measured
+    found = read_measured([str(measured_report)], {"any name": str(tiny_export), "tri": str(triangle_export[0])})
+    entry = cached_entry(measured_report)
+    assert [m.off_target for m in found["any name"]] == [entry.average("zero-shot", "off_target")]
+    assert found["tri"] == [] and "not measured" in measured_text(found["tri"])
+    out = tmp_path / "eval"
+    assert cll_eval(["--model", f"cbase={tiny_export}", "--data", str(m30k_centered), "--split", "test_2016_flickr",
+                     "--directions", "de-fr,fr-de,en-de", "--max-sentences", "2", "--beam", "1",
+                     "--lid-workers", "0", "--out", str(out)]) == 0
+    report = EvalReport.load(out / "results.json")
+    found = read_measured([str(out)], {"cbase": str(tiny_export), "other": str(tiny_export)})
+    (m,) = found["cbase"]
+    assert (m.off_target, m.restricted, m.sentences, m.directions, m.matched) == (
+        report.models["cbase"].average("zero-shot", "off_target"),
+        report.models["cbase"].average("zero-shot", "off_target_restricted"), 4, 2, "its name")
+    assert found["other"] == [] and f"{m.off_target:.1f}%" in measured_text(found["cbase"])
+    capsys.readouterr()
+    assert main(["--model", f"fcll={tiny_export}", "--results", str(tmp_path / "nothing"),
+                 "--port", str(free_port())]) != 0
+    assert "--results" in capsys.readouterr().err
 
 
 def test_demo_environment_and_binding(server):
@@ -49,6 +134,7 @@ def test_translate_gives_one_output_per_model_with_right_flags(server):
         assert "de→fr: zero-shot" in info
         off = detect(hyp, ["en", "cs", "de", "fr"]) != "fr"
         assert ("OFF-TARGET" in info) == off                     # the flag follows the detector
+        assert ('class="lang-off"' in info) == off and ('class="lang-on"' in info) == (not off)   # its colour too
         assert f"lingua: `{Lingua(['en', 'cs', 'de', 'fr']).detect_many([hyp])[0]}`" in info   # and lingua's beside
     sup = client.predict("A man rides a bike.", "en", "de", False, False, api_name="/translate")
     assert "en→de: supervised" in sup[1]
@@ -118,10 +204,16 @@ def test_fifty_concurrent_requests_are_all_answered(server):
 
 
 @pytest.mark.slow
-def test_real_browser_translates_and_stays_local(server, multi30k, tmp_path):
+def test_real_browser_translates_and_stays_local(server, multi30k, tiny_export, measured_report, tmp_path):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"Chromium not installed at {CHROMIUM} (.ci/run installs Debian's chromium)")
     from playwright.sync_api import sync_playwright
+    from cll_scale.evaluation.translator import Translator
+    t = Translator.load(tiny_export)
+    text, _, tgt = first_example(multi30k, t)
+    hyp = t.translate([text], tgt)[0]
+    colour = "rgb(198, 40, 40)" if detect(hyp, t.languages) != tgt else "rgb(46, 125, 50)"     # red off, green on
+    rate = f"{cached_entry(measured_report).average('zero-shot', 'off_target'):.1f}%"
     requests = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
@@ -130,24 +222,27 @@ def test_real_browser_translates_and_stays_local(server, multi30k, tmp_path):
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.on("request", lambda r: requests.append(r.url))
         page.goto(server[0], wait_until="networkidle")
-        # make demo opens on a zero-shot example, filled in (issue 52): one click shows the problem
-        firsts = {(multi30k / f"test_2016_flickr.{x}").read_text(encoding="utf-8").splitlines()[0]
-                  for x in ("de", "fr", "cs", "en")}
-        assert page.locator("#source-text textarea").input_value() in firsts
-        page.get_by_role("button", name="Translate", exact=True).click()
-        page.wait_for_function("document.querySelector('#info-fcll')?.innerText.includes('zero-shot')",
-                               timeout=120_000)
+        # The page opens on the first zero-shot example with both outputs there, no click: each
+        # with its detected language in colour, and the model's measured rate under it.
+        assert page.locator("#source-text textarea").input_value() == text
+        for name in ("baseline", "fcll"):
+            assert page.locator(f"#out-{name} textarea").input_value() == hyp
+            lang = page.locator(f"#info-{name} .lang-on, #info-{name} .lang-off")
+            assert lang.count() == 1 and lang.evaluate("e => getComputedStyle(e).color") == colour
+            assert f"measured zero-shot off-target: {rate}" in page.locator(f"#rate-{name}").inner_text()
+        page.screenshot(path=str(tmp_path / "opening.png"))
+        # Another sentence and target: each output becomes the Translator's for them.
         target = page.get_by_label("target language").first
         target.click()
         target.fill("de")
         target.press("Enter")
         page.get_by_label("source text").first.fill("Un homme fait du vélo.")
         page.get_by_role("button", name="Translate", exact=True).click()
+        expected = t.translate(["Un homme fait du vélo."], "de")[0]
         for name in ("baseline", "fcll"):
-            page.wait_for_function(f"document.querySelector('#out-{name} textarea')?.value.length > 0", timeout=120_000)
-            assert page.locator(f"#out-{name} textarea").input_value().strip()
-        info = page.locator("#info-fcll").inner_text()
-        assert "fr→de" in info or "→de" in info
+            page.wait_for_function("a => document.querySelector(a[0])?.value === a[1]",
+                                   arg=[f"#out-{name} textarea", expected], timeout=120_000)
+        page.wait_for_function("document.querySelector('#info-fcll')?.innerText.includes('→de')", timeout=60_000)
         page.screenshot(path=str(tmp_path / "demo.png"), full_page=True)
         # The "why this language?" view: one table row per output token, FFN and LSL numbers.
         page.get_by_role("tab", name="Why this language?").click()
@@ -159,7 +254,7 @@ def test_real_browser_translates_and_stays_local(server, multi30k, tmp_path):
         assert len([float(c.split()[0]) for c in cells]) == 2          # FFN and LSL (de has one), both numbers
         page.screenshot(path=str(tmp_path / "why.png"), full_page=True)
         browser.close()
-    assert (tmp_path / "demo.png").stat().st_size > 10_000 and (tmp_path / "why.png").stat().st_size > 10_000
+    assert all((tmp_path / f).stat().st_size > 10_000 for f in ("opening.png", "demo.png", "why.png"))
     hosts = {r.split("/")[2] for r in requests if r.startswith("http")}
     assert hosts == {server[0].split("/")[2]}, hosts              # nothing outside 127.0.0.1
 

@@ -246,24 +246,79 @@ def _as_given(figure: str, page_figures: set[str]) -> bool:
     return any(f"{float(p):.{decimals}f}" == plain for p in page_figures)
 
 
-def unbacked_results(root: Path) -> list[str]:
-    """Each bullet of the README's Results section links the docs/results/ pages it reports; a
-    figure of the bullet that none of them holds is returned (with the bullet's start)."""
+RESULTS_PAGE = re.compile(r"\]\((docs/results/[^)#]+\.md)(?:#([^)]+))?\)")
+TABLE_ROW = re.compile(r"^\|(.*)\|\s*$")
+
+
+def results_section(root: Path) -> str:
     readme = (root / "README.md").read_text(encoding="utf-8")
     start = readme.index("\n## Results")
-    section = readme[start:readme.index("\n## ", start + 1)]
-    bullets = [b for b in re.split(r"\n(?=- )", section) if b.startswith("- ")]
-    found = [] if bullets else ["README.md: the Results section has no bullet"]
-    for bullet in bullets:
-        pages = {m for m in re.findall(r"\]\((docs/results/[^)#]+\.md)", bullet)}
+    return readme[start:readme.index("\n## ", start + 1)]
+
+
+def results_rows(section: str) -> list[dict[str, str]]:
+    """The rows of the Results section's table, as {column: cell}; an empty cell reads as the
+    cell above it (a group's budget and page are written on its first row)."""
+    lines = [m.group(1) for m in map(TABLE_ROW.match, section.splitlines()) if m]
+    if len(lines) < 2:
+        return []
+    head = [c.strip() for c in lines[0].split("|")]
+    rows, above = [], {}
+    for line in lines[2:]:
+        cells = dict(zip(head, (c.strip() for c in line.split("|"))))
+        row = {k: v or above.get(k, "") for k, v in cells.items()}
+        rows.append(row)
+        above = row
+    return rows
+
+
+def unbacked_results(root: Path) -> list[str]:
+    """The README's Results section is prose and one table. Each table row links (or inherits
+    from its group's first row) the docs/results/ pages it reports, and each paragraph with a
+    figure links its pages; a figure that none of them holds is returned (with where it stands)."""
+    section = results_section(root)
+    rows = results_rows(section)
+    found = [] if rows else ["README.md: the Results section has no table"]
+    prose = [p for p in re.split(r"\n\s*\n", section) if p.strip() and not p.lstrip().startswith(("|", "#"))]
+    pieces = [(" | ".join(row.values()), " | ".join(v for k, v in row.items() if k != "page")) for row in rows]
+    pieces += [(paragraph, paragraph) for paragraph in prose]
+    for where, text in pieces:
+        pages = set(RESULTS_PAGE.findall(where))
+        figures = _figures(text)
         if not pages:
-            found.append(f"links no docs/results page: {bullet[:60]}")
+            if figures:
+                found.append(f"links no docs/results page: {text[:60]}")
             continue
-        held = {p.replace(",", "") for page in pages if (root / page).is_file()
-                for p in _figures((root / page).read_text(encoding="utf-8"))}
-        found += [f"{figure} is in none of {sorted(pages)}: {bullet[:60]}" for figure in _figures(bullet)
-                  if not _as_given(figure, held)]
+        held = {p.replace(",", "") for page, anchor in pages if (root / page).is_file()
+                for p in _figures(page_part((root / page).read_text(encoding="utf-8"), anchor))}
+        found += [f"{figure} is in none of {sorted(page + (f'#{a}' if a else '') for page, a in pages)}: {text[:60]}"
+                  for figure in figures if not _as_given(figure, held)]
     return found
+
+
+def page_part(text: str, anchor: str) -> str:
+    """The part of a page a link points at: the section under the heading ``anchor`` (to the next
+    heading of its level or above), or the whole page without an anchor."""
+    if not anchor:
+        return text
+    headings = list(re.finditer(r"^(#{1,6})[ \t]+(.*?)[ \t#]*$", text, re.M))
+    for i, m in enumerate(headings):
+        if slug(m.group(2)) == anchor:
+            end = next((h.start() for h in headings[i + 1:] if len(h.group(1)) <= len(m.group(1))), len(text))
+            return text[m.start():end]
+    return ""
+
+
+def rows_without_budget(root: Path) -> list[str]:
+    """Each number of the table names its budget: every row's budget cell (its own or its
+    group's) gives steps, tokens and seeds."""
+    rows = results_rows(results_section(root))
+    budget = next((k for k in (rows[0] if rows else {}) if k.startswith("budget")), None)
+    if rows and budget is None:
+        return ["README.md: the Results table has no budget column"]
+    return [f"{row.get('model', '?')}: budget {row[budget]!r} lacks {', '.join(missing)}" for row in rows
+            if (missing := [w for w, pattern in (("steps", r"\d steps|\d,?\d* ×"), ("tokens", r"tokens"),
+                                                    ("seeds", r"\bseeds? \d")) if not re.search(pattern, row[budget])])]
 
 
 def test_the_readme_and_benchmarks_name_no_issue_number():
@@ -274,14 +329,29 @@ def test_every_figure_of_the_readmes_results_is_in_the_page_it_links():
     assert unbacked_results(ROOT) == []
 
 
-def test_an_issue_number_and_a_figure_the_linked_page_lacks_are_caught(repo):
-    (repo / "docs" / "results" / "tri.md").write_text("| Baseline | 91.83% | 4,200 steps |\n", encoding="utf-8")
-    write(repo / "README.md", "\n## Results\n\n- triangle, 4,200 steps: Baseline 91.8% "
-                              "([`tri.md`](docs/results/tri.md))\n\n## Next\n")
-    assert unbacked_results(repo) == [] and issue_numbers(repo) == []
-    write(repo / "README.md", "- square: Baseline 41.2% ([`tri.md`](docs/results/tri.md)), as issue 54 said\n"
-                              "- seeds: 2.8\n")
-    text = (repo / "README.md").read_text(encoding="utf-8")
-    (repo / "README.md").write_text(text.replace("\n## Next\n", "") + "\n## Next\n", encoding="utf-8")
+def test_every_row_of_the_readmes_results_names_its_budget():
+    assert rows_without_budget(ROOT) == []
+
+
+def test_an_issue_number_a_figure_the_linked_page_lacks_and_a_row_without_budget_are_caught(repo):
+    (repo / "docs" / "results" / "tri.md").write_text("| Baseline | 91.83% | 51.70% | 4,200 steps of 4,096 tokens, "
+                                                      "seed 1 |\n", encoding="utf-8")
+    head = "| condition | model | budget: steps × tokens a step, seeds | off-target | page |\n|---|---|---|---:|---|\n"
+    readme = (repo / "README.md").read_text(encoding="utf-8")
+    write(repo / "README.md", "\n## Results\n\nIntro without figures.\n\n" + head
+          + "| triangle | Baseline | 4,200 × 4,096 tokens, seed 1 | 91.8% | [`tri.md`](docs/results/tri.md) |\n"
+          "| | FCLL | | 51.7% | |\n\nFCLL 51.7% ([`tri.md`](docs/results/tri.md)).\n\n## Next\n")
+    assert unbacked_results(repo) == [] and issue_numbers(repo) == [] and rows_without_budget(repo) == []
+    (repo / "README.md").write_text(readme + "\n## Results\n\n" + head
+          + "| triangle | Baseline | 4,200 steps, 4,096 tokens | 91.8% | [`tri.md`](docs/results/tri.md) |\n"
+          "| | FCLL | | 41.2% | |\n\nAs issue 54 said, the seeds spread by 2.8.\n\n## Next\n")
     assert [x.split(": ", 1)[1] for x in issue_numbers(repo)] == ["issue 54"]
-    assert [p.split(" ")[0] for p in unbacked_results(repo)] == ["41.2", "54", "links"]
+    assert [p.split(" ")[0] for p in unbacked_results(repo)] == ["41.2", "links"]      # the FCLL row inherits tri.md
+    assert rows_without_budget(repo) == [f"{m}: budget '4,200 steps, 4,096 tokens' lacks seeds" for m in ("Baseline", "FCLL")]
+    (repo / "docs" / "results" / "tri.md").write_text("## Square\n\n41.20%\n\n## Triangle\n\n4,200 steps of 4,096 tokens, "
+                                                      "seed 1: 91.83%\n", encoding="utf-8")
+    (repo / "README.md").write_text(readme + "\n## Results\n\n" + head + "| square | Baseline | 4,200 × 4,096 tokens, "
+                                    "seed 1 | 41.2% | [`tri.md`](docs/results/tri.md#triangle) |\n\n## Next\n")
+    assert [p.split(" ")[0] for p in unbacked_results(repo)] == ["41.2"]     # a link's anchor: that section only
+    (repo / "README.md").write_text(readme + "\n## Results\n\n- Baseline 91.8% ([`tri.md`](docs/results/tri.md))\n\n## Next\n")
+    assert unbacked_results(repo) == ["README.md: the Results section has no table"]
