@@ -281,7 +281,7 @@ def summary(report_dir: Path, split: str, corpus: Path | None, runs: Path | None
     out += longer(condition, split) + [""]
     out += ["Next:",
             f"  {demo_command(condition, runs):26s} the two models side by side in the browser, a zero-shot "
-            "example filled in",
+            "example already translated",
             f"  {FULL_STUDY.get(condition, FULL_STUDY['triangle'])}",
             "                             the full study (3 seeds; about 1.5 hours a model here, minutes on a GPU)",
             "  On a GPU the same commands run unchanged (CUDA, bf16, NCCL); `deepspeed --num_gpus N --module "
