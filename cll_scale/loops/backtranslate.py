@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from cll_scale.core.cli import export_dir
 from cll_scale.core.jsonfiles import read_json_object
+from cll_scale.core.settings import REQUIRED, setting
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest, Shard
@@ -44,20 +46,17 @@ BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
 @dataclass
 class BTConfig(FineTuneSettings):
     # The help texts are cll-bt's flags (cll_scale.core.cli.add_config_arguments).
-    model: str = field(metadata={"help": "export to start from"})
-    data: str = field(metadata={"help": "the shard directory the model was trained on (real pairs, valid and "
-                                        "test sets)"})
-    out: str = field(metadata={"help": "run directory (re-run the command to resume)"})
-    bt_langs: list[str] = field(default_factory=list, metadata={
-        "help": "comma-separated pseudo-source languages (default: all); the paper uses the languages of the "
-                "zero-shot test"})
-    epochs: int = field(default=4, metadata={"help": "back-translation epochs"})
-    beam: int = field(default=1, metadata={"help": "beam for generating pseudo sources (1: greedy, as online "
-                                                   "back-translation does)"})
-    max_rows: int = field(default=0, metadata={"help": "pairs per direction and epoch (0: every training pair)"})
+    model: str = setting(REQUIRED, "export to start from ([NAME=]EXPORT_DIR)", type=export_dir)
+    data: str = setting(REQUIRED, "the shard directory the model was trained on (real pairs, valid and test sets)")
+    out: str = setting(REQUIRED, "run directory (re-run the command to resume)")
+    bt_langs: list[str] = setting([], "comma-separated pseudo-source languages (default: all); the paper uses the "
+                                  "languages of the zero-shot test")
+    epochs: int = setting(4, "back-translation epochs")
+    beam: int = setting(1, "beam for generating pseudo sources (1: greedy, as online back-translation does)")
+    max_rows: int = setting(0, "pairs per direction and epoch (0: every training pair)")
     chunk_rows: int = 2048              # unit of resumable generation work
-    lr: float = field(default=3e-4, metadata={"help": "peak learning rate of each epoch's fine-tuning"})
-    warmup_steps: int = field(default=500, metadata={"help": "learning-rate warm-up steps"})
+    lr: float = setting(3e-4, "peak learning rate of each epoch's fine-tuning")
+    warmup_steps: int = setting(500, "learning-rate warm-up steps")
 
     def __post_init__(self):
         for name in ("epochs", "beam", "chunk_rows", "batch_tokens", "eval_beam"):

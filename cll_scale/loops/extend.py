@@ -25,14 +25,15 @@ ones is refused (``--restart`` discards the run and begins again).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece as spm
 import torch
 
-from cll_scale.core.cli import csv_list
+from cll_scale.core.cli import export_dir
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
+from cll_scale.core.settings import REQUIRED, setting
 from cll_scale.data.corpora import read_multiway
 from cll_scale.data.languages import Direction, LanguageError, check_language
 from cll_scale.data.manifest import Manifest
@@ -49,23 +50,19 @@ from cll_scale.training.rundir import RunDir, chosen_export
 @dataclass
 class ExtendConfig(FineTuneSettings):
     # The help texts are cll-extend's flags (cll_scale.core.cli.add_config_arguments).
-    model: str = field(metadata={"help": "export of the pre-trained model"})
-    data: str = field(metadata={"help": "the shard directory it was trained on (old data, mixed into fine-tuning)"})
-    lang: str = field(metadata={"help": "code of the new language"})
-    corpus: str = field(metadata={"help": "multi-way directory with the new language's text (and dev/test sets)"})
-    pairs: list[str] = field(metadata={"help": "supervised directions with the new language, e.g. en-cs,cs-en",
-                                       "type": csv_list})
-    out: str = field(metadata={"help": "run directory (re-run the command to resume)"})
-    max_pairs: int = field(default=5000, metadata={"help": "training lines taken from the corpus"})
-    vocab_size: int = field(default=2000, metadata={"help": "pieces learned on the new language (before "
-                                                            "de-duplication)"})
+    model: str = setting(REQUIRED, "export of the pre-trained model ([NAME=]EXPORT_DIR)", type=export_dir)
+    data: str = setting(REQUIRED, "the shard directory it was trained on (old data, mixed into fine-tuning)")
+    lang: str = setting(REQUIRED, "code of the new language")
+    corpus: str = setting(REQUIRED, "multi-way directory with the new language's text (and dev/test sets)")
+    pairs: list[str] = setting(REQUIRED, "supervised directions with the new language, e.g. en-cs,cs-en")
+    out: str = setting(REQUIRED, "run directory (re-run the command to resume)")
+    max_pairs: int = setting(5000, "training lines taken from the corpus")
+    vocab_size: int = setting(2000, "pieces learned on the new language (before de-duplication)")
     keep_rows: int = 5000           # old-language sentences per direction that must split as before
     noise: float = 0.01             # std of the noise on new embedding rows, relative to the old rows'
-    freeze: list[str] = field(default_factory=list, metadata={
-        "help": "extra parameter globs to freeze, e.g. 'encoder.*,embed.weight'"})
-    max_steps: int = field(default=2000, metadata={"help": "fine-tuning steps"})
-    lr: float = field(default=0.0, metadata={"help": "constant peak learning rate (0: continue pre-training's "
-                                                     "schedule where it ended)"})
+    freeze: list[str] = setting([], "extra parameter globs to freeze, e.g. 'encoder.*,embed.weight'")
+    max_steps: int = setting(2000, "fine-tuning steps")
+    lr: float = setting(0.0, "constant peak learning rate (0: continue pre-training's schedule where it ended)")
 
     def __post_init__(self):
         for name in ("max_pairs", "vocab_size", "max_steps", "batch_tokens", "eval_beam"):

@@ -8,13 +8,14 @@ import argparse
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, non_negative_int,
                                 print_tables)
 from cll_scale.core.errors import run_guarded
 from cll_scale.core.jsonfiles import read_json_object
+from cll_scale.core.settings import setting
 from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.data.inputs import source_length
 from cll_scale.data.manifest import Manifest
@@ -246,16 +247,14 @@ class FineTuneSettings:
     """What cll-bt's and cll-extend's configs share: the training microbatch, the engine, and the
     before/after evaluation. The help texts are their flags (cll_scale.core.cli.add_config_arguments)."""
 
-    batch_tokens: int = field(default=4096, metadata={
-        "help": "padded tokens per training microbatch (data.batch_tokens)"})
-    ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
-    eval_splits: list[str] = field(default_factory=list, metadata={
-        "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
-    eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
-                                                                 "(0: all)"})
-    eval_beam: int = field(default=DecodeConfig.beam, metadata={"help": "beam of the before/after evaluation"})
-    seed: int = field(default=1, metadata={"help": "seed of everything the command draws (sampling, noise, "
-                                                   "data order, training)", "type": non_negative_int})
+    batch_tokens: int = setting(4096, "padded tokens per training microbatch (data.batch_tokens)")
+    ds_config: str = setting("auto", "DeepSpeed engine settings (ds_configs/*.json or auto)")
+    eval_splits: list[str] = setting([], "comma-separated test splits of the before/after evaluation (default: "
+                                     "every test split)")
+    eval_max_sentences: int = setting(0, "evaluate only the first N of each direction (0: all)")
+    eval_beam: int = setting(DecodeConfig.beam, "beam of the before/after evaluation")
+    seed: int = setting(1, "seed of everything the command draws (sampling, noise, data order, training)",
+                        type=non_negative_int)
 
 
 def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, optim: dict,

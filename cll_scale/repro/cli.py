@@ -3,29 +3,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import sys
-from pathlib import Path
 
-from cll_scale.core.cli import (add_debug_argument, csv_list, non_negative_float, non_negative_int, plain_text,
+from cll_scale.core.cli import (add_debug_argument, add_lsl_argument, non_negative_float, non_negative_int, plain_text,
                                positive_int)
 from cll_scale.core.errors import run_guarded
+from cll_scale.core.resources import shipped
 from cll_scale.evaluation.scoring import add_lid_arguments
 from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.repro import __doc__ as DOC
-from cll_scale.repro.evaluations import EvalSettings
-from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
-from cll_scale.core.resources import shipped
+from cll_scale.repro.plan import CONDITIONS, SETTINGS
 from cll_scale.repro.scheduler import ROOT
-from cll_scale.repro.study import Reproduction, Study
+from cll_scale.repro.study import reproduce, seed_list, study_of
 from cll_scale.training.precision import PRECISIONS
-
-
-def seed_list(text: str) -> list[int]:
-    seeds = [positive_int(x) for x in csv_list(text)]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive seeds, e.g. 1,2,3")
-    return seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,27 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_lid_arguments(p)
     add_debug_argument(p)
     return p
-
-
-def study_of(args, argv: list[str] | None) -> Study:
-    """The typed study the flags ask for. The commands run from the project root: every path is
-    made absolute."""
-    command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    path = {name: Path(getattr(args, name)).resolve() for name in ("shards_root", "runs_root", "recipes", "out",
-                                                                   "multi30k")}
-    evaluation = EvalSettings(tuple(args.splits.split(",")), args.beam, args.max_sentences, args.ablate_lsl,
-                              args.omit_lang_tag, tuple(args.lid))
-    return Study(args.condition, csv_list(args.variants), evaluation=evaluation,
-                 budget=Budget.of(args.steps_per_model, args.minutes_per_model), settings=args.settings,
-                 seeds=args.seeds, overrides=list(args.set), cll_layers=args.cll_layers, parallel=args.parallel,
-                 eval_only=args.eval_only, allow_mixed_precision=args.allow_mixed_precision, precision=args.precision,
-                 lid_workers=args.lid_workers, command=command, **path)
-
-
-def reproduce(study: Study) -> int:
-    path = Reproduction(study).run()
-    print(path.read_text())
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
