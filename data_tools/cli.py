@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from cll_scale.core.cli import add_config_arguments, add_debug_argument, finite_float, non_negative_int, plain_text
 from cll_scale.core.errors import run_guarded
@@ -31,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="corpus -> SentencePiece model + Arrow shards + manifest")
     b.add_argument("--input", required=True, help="corpus directory, or a hub dataset name with --format hf")
-    b.add_argument("--format", choices=FORMATS, default="auto")
+    b.add_argument("--format", choices=FORMATS, default="auto", help="the corpus's layout (default: auto, from its files)")
     b.add_argument("--condition", help="multi-way: centered (default), triangle, square, cycle (one-way, any number of languages), or directions "
                    "'de-fr,fr-cs'; pair corpora: all (default) or a list of directions to train on")
     b.add_argument("--langs", help="comma-separated languages to use (order defines the triangle, square and cycle directions)")
@@ -62,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--scale-eval", action="store_true",
                     help="scale dev, test and zero-shot test sets too (default: their real sizes, 2,000 pairs)")
     sy.add_argument("--langs", help="comma-separated OPUS-100 languages to pair with en (default: all 99)")
-    sy.add_argument("--seed", type=non_negative_int, default=1, help="same arguments and seed: byte-identical files")
+    sy.add_argument("--seed", type=non_negative_int, default=1, help="same arguments and seed: byte-identical files (default: 1)")
     sy.add_argument("--overwrite", action="store_true", help="replace a corpus that synth wrote (and nothing else)")
     sy.set_defaults(func=cmd_synth)
     return parser

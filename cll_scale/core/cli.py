@@ -132,13 +132,16 @@ def add_config_arguments(p, cls, skip: tuple[str, ...] = (), section: str | None
         dest = f"{section}.{f.name}" if section else f.name
         aliases = [a for a in dict.fromkeys([name, name.replace("_", "-"), *OLD_FLAGS.get(flag, ())]) if a != flag]
         text = (shown or {}).get(f.name, default_text(default))
-        choices = f"one of {', '.join(kw['choices'])}; " if section and "choices" in kw else ""
-        help_text = f.metadata["help"] + ("" if required or text is None and not choices
-                                          else f" ({choices}default: {text})" if text is not None else f" ({choices[:-2]})")
+        notes = [f"one of {', '.join(kw['choices'])}"] if section and "choices" in kw else []
+        notes += [] if required or text is None else [f"default: {text}"]
+        help_text = f.metadata["help"] + (f" ({'; '.join(notes)})" if notes else "")
         if section:
             kw.update(default=None, metavar="VALUE")
         elif default is False:
             kw.update(action="store_true")
+        elif isinstance(default, bool):
+            raise TypeError(f"{cls.__name__}.{f.name}: a switch that is on by default would need a --no- flag, "
+                            "which no command's config has")
         else:
             kw.setdefault("type", value_type(flag, default, f.type))
             kw.update(default=default, required=required)
@@ -231,3 +234,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+
+
+def seed_list(text: str) -> list[int]:
+    """``--seeds 1,2,3``: distinct positive seeds."""
+    seeds = [positive_int(x) for x in csv_list(text)]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive seeds, e.g. 1,2,3")
+    return seeds

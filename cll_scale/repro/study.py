@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cll_scale.core.cli import csv_list, positive_int
+from cll_scale.core.cli import csv_list
 from cll_scale.core.outputs import DirLock, json_text, write_atomic
 from cll_scale.data.manifest import Manifest
 from cll_scale.evaluation.pool import lid_pool
@@ -206,14 +206,6 @@ class Reproduction:
                 return self.report()
         finally:
             lock.release()
-
-
-def seed_list(text: str) -> list[int]:
-    """``--seeds 1,2,3``: distinct positive seeds."""
-    seeds = [positive_int(x) for x in csv_list(text)]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive seeds, e.g. 1,2,3")
-    return seeds
 
 
 def study_of(args: argparse.Namespace, argv: list[str] | None) -> Study:

@@ -1,22 +1,23 @@
 """The recipe layer: the file a user writes, gathered into one typed config per component.
 
-A recipe has one section per component, each a dataclass that lives beside its component; this
-module sits above them all and is the only one that knows the whole list:
+A recipe has one section per component, each a dataclass in its component's layer (in a module
+that imports no torch, so that ``cll-train --help`` answers at once); this module sits above them
+all and is the only one that knows the whole list:
 
 =============  ==================================================  ================================
 section        dataclass                                           used by
 =============  ==================================================  ================================
 ``model``      ``cll_scale.model.config.ModelConfig`` (PRESETS)    the CLL Transformer
-``data``       ``cll_scale.data.stream.StreamConfig``              the training stream
-``optim``      ``cll_scale.training.optim.OptimConfig``            AdamW and its schedule
-``checkpoint`` ``cll_scale.training.rundir.CheckpointConfig``       checkpoints and exports
-``valid``      ``cll_scale.training.validator.ValidConfig``        validation and model selection
-``log``        ``cll_scale.training.metrics.LogConfig``            metrics.jsonl, the monitor, MFU
+``data``       ``cll_scale.data.stream_config.StreamConfig``       the training stream
+``optim``      ``cll_scale.training.configs.OptimConfig``          AdamW and its schedule
+``checkpoint`` ``cll_scale.training.configs.CheckpointConfig``     checkpoints and exports
+``valid``      ``cll_scale.training.configs.ValidConfig``          validation and model selection
+``log``        ``cll_scale.training.configs.LogConfig``            metrics.jsonl, the monitor, MFU
 ``train``      :class:`TrainConfig` (here)                         the run: data, budget, numerics
 =============  ==================================================  ================================
 
-Every field with ``metadata={"help": ...}`` is also a ``cll-train`` flag (``--optim.lr``),
-its default and help written once, in its dataclass (:func:`add_recipe_arguments`). DeepSpeed's JSON
+Every field made with ``setting()`` is also a ``cll-train`` flag (``--optim.lr``), its default
+and help written once, in its dataclass (:func:`add_recipe_arguments`). DeepSpeed's JSON
 files in ``ds_configs/`` hold engine settings only (ZeRO stage, precision, offload, monitor); batch
 size, accumulation, clipping and learning rate are filled in by
 ``cll_scale.training.engine.make_ds_config``. Old names are read through :mod:`cll_scale.core.compat`.
@@ -33,12 +34,9 @@ from cll_scale.core.cli import add_config_arguments, default_text
 from cll_scale.core.compat import LEGACY, MOVED, notice, upgrade
 from cll_scale.core.settings import coerce_number, default_of, setting
 from cll_scale.data.inputs import source_length
-from cll_scale.data.stream import StreamConfig
+from cll_scale.data.stream_config import StreamConfig
 from cll_scale.model.config import DEFAULT_PRESET, PRESETS, ModelConfig
-from cll_scale.training.metrics import LogConfig
-from cll_scale.training.optim import OptimConfig
-from cll_scale.training.rundir import CheckpointConfig
-from cll_scale.training.validator import ValidConfig
+from cll_scale.training.configs import CheckpointConfig, LogConfig, OptimConfig, ValidConfig
 
 
 @dataclass
