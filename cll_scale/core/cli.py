@@ -183,6 +183,7 @@ def value_type(flag: str, default, annotation) -> Callable[[str], object]:
 def add_alias(p, old: str, flag: str, **kw) -> None:
     """``old``: another spelling of ``flag`` that scripts may still use, read as ``flag`` (same
     destination and type), hidden from ``--help``, with one warning line a process."""
+    # the class argparse resolves an action's name to ("store", "store_true"), as add_argument does
     base = p._registry_get("action", kw.pop("action", "store"), None)
 
     class Alias(base):
