@@ -18,18 +18,12 @@ directory untouched.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from cll_scale.core.cli import add_debug_argument, plain_text, positive_int
 from cll_scale.core.errors import run_guarded
-from cll_scale.core.outputs import json_text
 from cll_scale.model.config import PRESETS
-from cll_scale.run.build import build_run
-from cll_scale.run.dryrun import DRY_RUN_WARMUP, dry_run, format_dry_run
-from cll_scale.run.recipe import TrainConfig, add_recipe_arguments, apply_overrides, load_recipe, recipe_flags
-from cll_scale.run.trainer import Trainer
-from cll_scale.training import collectives
+from cll_scale.run.recipe import add_recipe_arguments, recipe_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,13 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", help="YAML or JSON recipe (sections: preset, model, data, optim, checkpoint, "
                    "valid, log, train)")
-    p.add_argument("--preset", choices=sorted(PRESETS))
+    p.add_argument("--preset", choices=sorted(PRESETS), help="the model's sizes (default: the recipe's, else small)")
     p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     p.add_argument("--dry-run", action="store_true",
                    help="build the run (stream, model, DeepSpeed engine), time a few steps, print parameters, "
                         "tokens per step, steps and time per epoch, and exit without writing the run directory")
     p.add_argument("--dry-run-steps", type=positive_int, default=5, metavar="N",
-                   help=f"steps timed by --dry-run, after {DRY_RUN_WARMUP} warm-up steps (default 5)")
+                   help="steps timed by --dry-run, after a few warm-up steps (default: 5)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="override a recipe field, e.g. --set optim.lr=5e-4 --set model.lsl_dim=512 "
                         "(the same as the setting's flag)")
@@ -53,14 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def recipe_from_args(args) -> dict:
-    """The recipe file, then the preset and setting flags, then ``--set`` (the last word wins)."""
-    recipe = load_recipe(args.recipe) if args.recipe else {}
-    if args.preset:
-        recipe["preset"] = args.preset
-    return apply_overrides(recipe, recipe_flags(args) + args.set)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -68,19 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dry-run starts a fresh run in a temporary directory; drop --resume")
 
     def body() -> int:
-        if args.dry_run:
-            recipe = recipe_from_args(args)
-            figures = dry_run(recipe, args.dry_run_steps)
-            collectives.shutdown()
-            if int(os.environ.get("RANK", 0)) == 0:
-                print(format_dry_run(figures, recipe.get("train", {}).get("run_dir", TrainConfig.run_dir)))
-                print(json_text({"dry_run": figures}))
-            return 0
-        result = Trainer(build_run(recipe_from_args(args), resume=args.resume)).train()
-        collectives.shutdown()
-        if int(os.environ.get("RANK", 0)) == 0:
-            print(json_text(result))
-        return 0
+        from cll_scale.run.command import train_recipe      # torch comes with it: --help needs none
+        return train_recipe(recipe_from_args(args), args.resume, args.dry_run_steps if args.dry_run else None)
     return run_guarded("cll-train", body, args.debug)
 
 

@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 from cll_scale.core.cli import add_debug_argument  # noqa: E402
 from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.evaluation.pool import lid_pool  # noqa: E402
-from cll_scale.repro.cli import build_parser, study_of  # noqa: E402
+from cll_scale.repro.cli import build_parser  # noqa: E402
+from cll_scale.repro.study import study_of  # noqa: E402
 from cll_scale.repro.evaluations import Evaluations  # noqa: E402
 from cll_scale.repro.records import finished, is_record  # noqa: E402
 from cll_scale.repro.study import Reproduction  # noqa: E402

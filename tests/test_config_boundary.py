@@ -127,11 +127,14 @@ def test_seeds_ports_and_hosts_are_checked_where_the_flag_is_named(tiny_export, 
 # -- issue 36: sections owned by components, flags from their metadata ------------------------------
 
 def test_every_recipe_setting_is_a_flag_with_its_default_and_help_written_once():
+    import argparse
     import dataclasses
 
+    from cll_scale.core.cli import default_text
+    from cll_scale.model.config import PRESETS
     from cll_scale.run.recipe import recipe_flags
     from cll_scale.train import build_parser, recipe_from_args
-    actions = {a.dest: a for a in build_parser()._actions}
+    actions = {a.dest: a for a in build_parser()._actions if a.help != argparse.SUPPRESS}
     flagged = 0
     for section, cls in section_classes().items():
         for f in dataclasses.fields(cls):
@@ -141,8 +144,13 @@ def test_every_recipe_setting_is_a_flag_with_its_default_and_help_written_once()
                 continue
             action = actions[f"{section}.{f.name}"]
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
-            assert f.metadata["help"] in action.help and f"default: {default})" in action.help, (section, f.name)
-            assert action.default is None and f"--{section}.{f.name}" in action.option_strings
+            # the default a recipe that leaves the setting out trains with: the preset's for a size
+            shown = PRESETS["small"].get(f.name, default) if section == "model" else default
+            assert f.metadata["help"] in action.help, (section, f.name)
+            assert default_text(shown) is None or f"{default_text(shown)})" in action.help, (section, f.name)
+            # one spelling shown: the recipe key, or the short name the setting declares
+            assert action.default is None and action.option_strings == [f.metadata.get("flag",
+                                                                                       f"--{section}.{f.name}")]
             flagged += 1
     assert flagged >= 60
     # A flag is read as --set reads it, and --set has the last word.
@@ -155,6 +163,7 @@ def test_every_recipe_setting_is_a_flag_with_its_default_and_help_written_once()
 
 
 def test_cll_shards_flags_come_from_the_build_config():
+    import argparse
     import dataclasses
 
     from cll_scale.core.cli import config_from_args
@@ -162,7 +171,7 @@ def test_cll_shards_flags_come_from_the_build_config():
     from data_tools.cli import build_parser
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices["build"]
-    actions = {a.dest: a for a in sub._actions}
+    actions = {a.dest: a for a in sub._actions if a.help != argparse.SUPPRESS}
     for f in dataclasses.fields(BuildConfig):
         action = actions[f.name]
         assert f.metadata["help"] in action.help

@@ -2,7 +2,7 @@
 
 Each component owns its recipe section as a dataclass beside it (``StreamConfig`` in
 :mod:`cll_scale.data.stream`, ``OptimConfig`` in :mod:`cll_scale.training.optim`, ...), its fields
-made with :func:`setting`, whose help text becomes the ``cll-train`` flag's. The recipe layer
+made with :func:`setting`, whose help text becomes the flag's. The recipe layer
 (:mod:`cll_scale.run.recipe`) gathers the sections; this module imports nothing of the package.
 """
 from __future__ import annotations
@@ -12,8 +12,15 @@ import math
 from dataclasses import field
 
 
+# The default of a setting that has none: a command's required flag (``--model``, ``--out``).
+REQUIRED = dataclasses.MISSING
+
+
 def setting(default, help: str, **meta):
-    """A field whose help text (and ``meta``: choices, flag) is its cll-train flag's."""
+    """A field whose help text (and ``meta``: choices, flag, type) is its flag's: the one way every
+    config declares a setting (:func:`cll_scale.core.cli.add_config_arguments` makes the flags)."""
+    if default is REQUIRED:
+        return field(metadata={"help": help, **meta})
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
     return field(default=default, metadata={"help": help, **meta})

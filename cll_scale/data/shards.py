@@ -10,7 +10,7 @@ import contextlib
 import itertools
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from cll_scale import __version__
 from cll_scale.core.cli import non_negative_int
 from cll_scale.core.clock import StageClock
+from cll_scale.core.settings import REQUIRED, setting
 from cll_scale.core.outputs import OutputError, atomic_dir, check_output
 from cll_scale.data.corpora import Corpus, CorpusError
 from cll_scale.data.languages import Direction, lang_tag
@@ -34,26 +35,21 @@ ID_LIST = pa.list_(pa.int32())
 @dataclass
 class BuildConfig:
     """What ``cll-shards build`` writes; the help texts are its flags (cll_scale.core.cli.add_config_arguments)."""
-    out_dir: str = field(metadata={"help": "output shard directory (must not exist unless --overwrite)",
-                                   "flag": "--out"})
-    overwrite: bool = field(default=False, metadata={"help": "replace an existing output directory"})
-    spm_model: str | None = field(default=None, metadata={
-        "help": "reuse this SentencePiece model instead of learning one"})
-    vocab_size: int = field(default=8000, metadata={"help": "SentencePiece vocabulary size"})
+    out_dir: str = setting(REQUIRED, "output shard directory (must not exist unless --overwrite)", flag="--out")
+    overwrite: bool = setting(False, "replace an existing output directory")
+    spm_model: str | None = setting(None, "reuse this SentencePiece model instead of learning one")
+    vocab_size: int = setting(8000, "SentencePiece vocabulary size")
     # on 200k lines, 2 threads: bpe 2-4 s, unigram 45-85 s
-    model_type: str = field(default="bpe", metadata={"help": "SentencePiece model type", "flag": "--spm-type",
-                                                      "choices": ("bpe", "unigram")})
-    spm_temperature: float = field(default=5.0, metadata={"help": "language balancing for the vocabulary"})
-    spm_sentences: int = field(default=1_000_000, metadata={"help": "sampled sentences to learn from"})
-    character_coverage: float = field(default=0.9995, metadata={"help": "SentencePiece character coverage"})
-    max_length: int = field(default=256, metadata={
-        "help": "filter training pairs longer than this many subwords (counted)"})
-    block_rows: int = field(default=1024, metadata={"help": "rows per Arrow record batch: the unit of shuffling"})
-    shard_rows: int = field(default=1_000_000, metadata={"help": "rows per shard file at most"})
-    compression: str | None = field(default="zstd", metadata={"help": "Arrow IPC compression",
-                                                              "choices": ("zstd", "lz4", "none")})
-    seed: int = field(default=1, metadata={"help": "seed of SentencePiece's sample", "type": non_negative_int})
-    threads: int = field(default=2, metadata={"help": "SentencePiece training threads"})
+    model_type: str = setting("bpe", "SentencePiece model type", flag="--spm-type", choices=("bpe", "unigram"))
+    spm_temperature: float = setting(5.0, "language balancing for the vocabulary")
+    spm_sentences: int = setting(1_000_000, "sampled sentences to learn from")
+    character_coverage: float = setting(0.9995, "SentencePiece character coverage")
+    max_length: int = setting(256, "filter training pairs longer than this many subwords (counted)")
+    block_rows: int = setting(1024, "rows per Arrow record batch: the unit of shuffling")
+    shard_rows: int = setting(1_000_000, "rows per shard file at most")
+    compression: str | None = setting("zstd", "Arrow IPC compression", choices=("zstd", "lz4", "none"))
+    seed: int = setting(1, "seed of SentencePiece's sample", type=non_negative_int)
+    threads: int = setting(2, "SentencePiece training threads")
 
     def __post_init__(self):
         if self.block_rows < 1 or self.shard_rows < self.block_rows:

@@ -213,7 +213,7 @@ def averages(results: list[DirectionResult], central: str | None) -> dict[str, d
 def add_lid_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lid", type=lid_list, default=("langdetect",),
                    help="language identifiers: langdetect (always: the paper's measure), lingua (also "
-                        "its off-target rate and code-switch share), e.g. --lid langdetect,lingua")
+                        "its off-target rate and code-switch share), e.g. --lid langdetect,lingua (default: langdetect)")
     p.add_argument("--lid-workers", type=non_negative_int, default=None,
                    help="processes that score and identify languages while decoding goes on "
                         "(default: the cores but one; 0: in this process)")

@@ -1,27 +1,9 @@
-"""``cll-bt``: back-translation fine-tuning (paper §4.3, after Zhang et al. 2020's online
-back-translation).
-
-    cll-bt --model runs/x/export --data data/shards/multi30k-centered --out runs/x-bt --bt-langs de,fr,cs
-    deepspeed --num_gpus 8 -m cll_scale.backtranslate --model ... # generation and training on every rank
-
-Every epoch: the current model translates the target side of each training pair into a random
-language of ``--bt-langs`` other than the target's (the pseudo source), one epoch is trained on
-the real pairs plus the pseudo pairs — which cover the zero-shot directions — and the next epoch
-starts over with the updated model. Paper settings: 4 epochs, a fresh optimizer, 500 warm-up
-steps, peak learning rate 3e-4. Layout of ``--out`` (re-running the command resumes it):
-
-    settings.json      the settings of the run: a re-run must match them (or pass --restart)
-    bt.json            the epochs finished
-    parts/epoch-K/     finished generation chunks: an interrupted epoch does not redo them
-    data/epoch-K/      a shard directory: the real shards (hard links) + the pseudo ones (bt.*)
-    run/               the fine-tuning run: checkpoints, metrics, export/ (the result)
-    eval/<split>/      before/after report (results.md, results.json, plots)
-"""
+"""Back-translation fine-tuning (paper §4.3), the loop behind ``cll-bt``: the command's help
+(:mod:`cll_scale.backtranslate`) describes each epoch and the layout of ``--out``."""
 from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,58 +16,31 @@ from cll_scale.data.manifest import Manifest, Shard
 from cll_scale.data.shards import BuildConfig, link_shards, write_direction
 from cll_scale.evaluation.translator import TranslateConfig, Translator, check_beam
 from cll_scale.loops import finetune
-from cll_scale.loops.finetune import Comparison, FineTuneSettings, fine_tuning_recipe
+from cll_scale.loops.finetune import Comparison, fine_tuning_recipe
+from cll_scale.loops.settings import BTConfig  # noqa: F401  (the settings of this loop)
 from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.training import collectives
 
 BT_PREFIX = "bt."     # pseudo shard files: train/bt.<src>-<tgt>.<k>.arrow
 
 
-@dataclass
-class BTConfig(FineTuneSettings):
-    # The help texts are cll-bt's flags (cll_scale.core.cli.add_config_arguments).
-    model: str = field(metadata={"help": "export to start from"})
-    data: str = field(metadata={"help": "the shard directory the model was trained on (real pairs, valid and "
-                                        "test sets)"})
-    out: str = field(metadata={"help": "run directory (re-run the command to resume)"})
-    bt_langs: list[str] = field(default_factory=list, metadata={
-        "help": "comma-separated pseudo-source languages (default: all); the paper uses the languages of the "
-                "zero-shot test"})
-    epochs: int = field(default=4, metadata={"help": "back-translation epochs"})
-    beam: int = field(default=1, metadata={"help": "beam for generating pseudo sources (1: greedy, as online "
-                                                   "back-translation does)"})
-    max_rows: int = field(default=0, metadata={"help": "pairs per direction and epoch (0: every training pair)"})
-    chunk_rows: int = 2048              # unit of resumable generation work
-    lr: float = field(default=3e-4, metadata={"help": "peak learning rate of each epoch's fine-tuning"})
-    warmup_steps: int = field(default=500, metadata={"help": "learning-rate warm-up steps"})
-
-    def __post_init__(self):
-        for name in ("epochs", "beam", "chunk_rows", "batch_tokens", "eval_beam"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}")
-        for name in ("max_rows", "warmup_steps", "eval_max_sentences"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 0, not {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"--lr must be > 0, not {self.lr}")
-
-    def check(self) -> Manifest:
-        """What can be wrong with the inputs, before anything is written (on every rank); returns
-        the --data manifest, which the command reads once."""
-        manifest = Manifest.load(self.data)
-        unknown = [x for x in self.bt_langs if x not in manifest.languages]
-        if unknown:
-            raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {self.data} "
-                             f"({', '.join(manifest.languages)})")
-        check_beam(self.beam, manifest.tokenizer.vocab_size, "--beam")       # generation's
-        finetune.check_fine_tuning_inputs(self, manifest, self.data, self.out,
-                                          {"--model": self.model, "--data": self.data})
-        model = Manifest.load(self.model)        # an export carries the manifest it was trained on
-        if model.languages != manifest.languages or model.tokenizer.sha256 != manifest.tokenizer.sha256:
-            raise ValueError(f"--model {self.model} was not trained on --data {self.data} (languages "
-                             f"{', '.join(model.languages)} vs {', '.join(manifest.languages)}, or another "
-                             f"tokenizer)")
-        return manifest
+def check_inputs(cfg: BTConfig) -> Manifest:
+    """What can be wrong with the inputs, before anything is written (on every rank); returns
+    the --data manifest, which the command reads once."""
+    manifest = Manifest.load(cfg.data)
+    unknown = [x for x in cfg.bt_langs if x not in manifest.languages]
+    if unknown:
+        raise ValueError(f"--bt-langs {', '.join(unknown)}: not languages of {cfg.data} "
+                         f"({', '.join(manifest.languages)})")
+    check_beam(cfg.beam, manifest.tokenizer.vocab_size, "--beam")       # generation's
+    finetune.check_fine_tuning_inputs(cfg, manifest, cfg.data, cfg.out,
+                                      {"--model": cfg.model, "--data": cfg.data})
+    model = Manifest.load(cfg.model)        # an export carries the manifest it was trained on
+    if model.languages != manifest.languages or model.tokenizer.sha256 != manifest.tokenizer.sha256:
+        raise ValueError(f"--model {cfg.model} was not trained on --data {cfg.data} (languages "
+                         f"{', '.join(model.languages)} vs {', '.join(manifest.languages)}, or another "
+                         f"tokenizer)")
+    return manifest
 
 
 # -- generation -----------------------------------------------------------------------------------
@@ -210,7 +165,7 @@ def bt_state(out: Path) -> dict:
 def check_epochs(cfg: BTConfig, restart: bool) -> Manifest:
     """:meth:`BTConfig.check`, and, for a rerun, that it asks no fewer epochs than the run has
     done: its model is the one after all of them, and its report would name the fewer."""
-    manifest = cfg.check()
+    manifest = check_inputs(cfg)
     finetune.check_not_cut_back("--epochs", cfg.epochs, bt_state(Path(cfg.out))["epochs_done"], cfg.out,
                                 "back-translation epochs", restart)
     return manifest

@@ -1,37 +1,13 @@
-"""``cll-extend``: teach a trained model a new language from a few parallel pairs (paper §4.4,
-App. A).
-
-    cll-extend --model runs/m/export --data data/shards/m30k-en-de-fr --lang cs \\
-               --corpus ../shared/data/multi30k --pairs en-cs,cs-en --max-pairs 5000 \\
-               --out runs/m-plus-cs --max-steps 2000
-
-1. SentencePiece: pieces learned on the new language are appended to the model's vocabulary
-   (old ids unchanged; pieces that would change how old-language text splits are left out,
-   :mod:`cll_scale.data.spm_extend`).
-2. Shards: the new pairs (and every dev/test direction with the new language) are built with the
-   extended vocabulary and listed in one manifest with the old shards (hard links), whose ids
-   stay valid.
-3. Model: embedding rows for the new pieces = mean of the old rows + small noise; the new
-   language's LSL and ``t`` = the average of the existing ones (Eq. 3). Before fine-tuning the
-   model scores every old-vocabulary continuation exactly as the original did.
-4. Fine-tuning on new + old data with the existing languages' CLL parameters frozen (``--freeze``
-   adds more), starting at the learning rate where pre-training ended (its schedule continues).
-5. Before/after evaluation on the corpus's test sets.
-
-Re-running the command resumes: finished steps are kept (``out/data``, ``out/init-export``,
-the run's checkpoints). The settings are recorded in ``out/settings.json``: a re-run with other
-ones is refused (``--restart`` discards the run and begins again).
-"""
+"""A new language from a few parallel pairs (paper §4.4, App. A), the work behind ``cll-extend``:
+the command's help (:mod:`cll_scale.extend`) describes its five steps and how a rerun resumes."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import sentencepiece as spm
 import torch
 
-from cll_scale.core.cli import csv_list
 from cll_scale.core.outputs import atomic_dir, json_text, write_atomic
 from cll_scale.data.corpora import read_multiway
 from cll_scale.data.languages import Direction, LanguageError, check_language
@@ -39,41 +15,13 @@ from cll_scale.data.manifest import Manifest
 from cll_scale.data.shards import BuildConfig, build_shards, link_shards
 from cll_scale.data.spm_extend import extend_sentencepiece
 from cll_scale.loops import finetune
-from cll_scale.loops.finetune import Comparison, FineTuneSettings, check_fine_tuning_inputs, fine_tuning_recipe
+from cll_scale.loops.finetune import Comparison, check_fine_tuning_inputs, fine_tuning_recipe
+from cll_scale.loops.settings import ExtendConfig  # noqa: F401  (the settings of this work)
 from cll_scale.model.config import ModelConfig
 from cll_scale.model.export import ExportInfo, export_lang_tag, export_model_config, load_export, write_export
 from cll_scale.model.model import CLLTransformer
 from cll_scale.training import collectives
 from cll_scale.training.rundir import RunDir, chosen_export
-
-@dataclass
-class ExtendConfig(FineTuneSettings):
-    # The help texts are cll-extend's flags (cll_scale.core.cli.add_config_arguments).
-    model: str = field(metadata={"help": "export of the pre-trained model"})
-    data: str = field(metadata={"help": "the shard directory it was trained on (old data, mixed into fine-tuning)"})
-    lang: str = field(metadata={"help": "code of the new language"})
-    corpus: str = field(metadata={"help": "multi-way directory with the new language's text (and dev/test sets)"})
-    pairs: list[str] = field(metadata={"help": "supervised directions with the new language, e.g. en-cs,cs-en",
-                                       "type": csv_list})
-    out: str = field(metadata={"help": "run directory (re-run the command to resume)"})
-    max_pairs: int = field(default=5000, metadata={"help": "training lines taken from the corpus"})
-    vocab_size: int = field(default=2000, metadata={"help": "pieces learned on the new language (before "
-                                                            "de-duplication)"})
-    keep_rows: int = 5000           # old-language sentences per direction that must split as before
-    noise: float = 0.01             # std of the noise on new embedding rows, relative to the old rows'
-    freeze: list[str] = field(default_factory=list, metadata={
-        "help": "extra parameter globs to freeze, e.g. 'encoder.*,embed.weight'"})
-    max_steps: int = field(default=2000, metadata={"help": "fine-tuning steps"})
-    lr: float = field(default=0.0, metadata={"help": "constant peak learning rate (0: continue pre-training's "
-                                                     "schedule where it ended)"})
-
-    def __post_init__(self):
-        for name in ("max_pairs", "vocab_size", "max_steps", "batch_tokens", "eval_beam"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, not {getattr(self, name)}")
-        if self.eval_max_sentences < 0 or self.lr < 0:
-            raise ValueError("--eval-max-sentences and --lr must be >= 0")
-
 
 # -- 1 + 2: vocabulary and shards -------------------------------------------------------------------
 

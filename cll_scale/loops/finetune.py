@@ -4,16 +4,12 @@ and the run ends with a before/after evaluation.
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cll_scale.core.cli import (add_config_arguments, add_debug_argument, config_from_args, non_negative_int,
-                                print_tables)
-from cll_scale.core.errors import run_guarded
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.outputs import SETTINGS, DirLock, OutputError, check_apart, check_owner, json_text, write_atomic
 from cll_scale.data.inputs import source_length
@@ -23,6 +19,7 @@ from cll_scale.evaluation.pool import lid_pool
 from cll_scale.evaluation.report import write_report
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator, check_beam
+from cll_scale.loops.settings import FineTuneSettings
 from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.model.export import export_lang_tag
 from cll_scale.run.build import build_run, set_threads
@@ -215,47 +212,6 @@ def before_after(models: dict[str, str | Path], data: str | Path, splits: list[s
                              max_sentences=max_sentences, log=lambda s: print(s, file=sys.stderr), pool=pool)
             tables[split] = write_report(report, out / "eval" / split)
     return tables
-
-
-def build_parser(prog: str, description: str, config_cls) -> argparse.ArgumentParser:
-    """A fine-tuning command's flags: one per field of its config, ``--restart``, ``--debug``, and
-    the ``--local_rank`` that the ``deepspeed`` launcher passes."""
-    p = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(p, config_cls)
-    p.add_argument("--restart", action="store_true", help="discard a previous run in --out and begin again")
-    add_debug_argument(p)
-    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
-    return p
-
-
-def command(prog: str, argv: list[str] | None, parser: argparse.ArgumentParser, config_cls, run) -> int:
-    """The ``main`` of a fine-tuning command: build its config from ``argv``, run it (``--restart``),
-    print the before/after tables on rank 0, and end any failure in one line (:func:`cll_scale.core.errors.run_guarded`)."""
-    args = parser.parse_args(argv)
-
-    def body() -> int:
-        tables = run(config_from_args(config_cls, args), args.restart)
-        if tables:       # rank 0
-            print_tables(prog, argv, tables)
-        return 0
-    return run_guarded(prog, body, args.debug)
-
-
-@dataclass(kw_only=True)
-class FineTuneSettings:
-    """What cll-bt's and cll-extend's configs share: the training microbatch, the engine, and the
-    before/after evaluation. The help texts are their flags (cll_scale.core.cli.add_config_arguments)."""
-
-    batch_tokens: int = field(default=4096, metadata={
-        "help": "padded tokens per training microbatch (data.batch_tokens)"})
-    ds_config: str = field(default="auto", metadata={"help": "DeepSpeed engine settings (ds_configs/*.json or auto)"})
-    eval_splits: list[str] = field(default_factory=list, metadata={
-        "help": "comma-separated test splits of the before/after evaluation (default: every test split)"})
-    eval_max_sentences: int = field(default=0, metadata={"help": "evaluate only the first N of each direction "
-                                                                 "(0: all)"})
-    eval_beam: int = field(default=DecodeConfig.beam, metadata={"help": "beam of the before/after evaluation"})
-    seed: int = field(default=1, metadata={"help": "seed of everything the command draws (sampling, noise, "
-                                                   "data order, training)", "type": non_negative_int})
 
 
 def fine_tuning_recipe(cfg: FineTuneSettings, data: str | Path, run_dir: str | Path, optim: dict,

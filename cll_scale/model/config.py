@@ -147,6 +147,9 @@ class ModelConfig:
 # fairseq `transformer`): 5+5 post-norm layers, dropout 0.3, Xavier init, and LSLs hard-coded at
 # 512 -> 1024 -> 512 with CLL dropout 0.3. Their dropout after `t_l ·` equals ours before it
 # (dropout commutes with a scalar).
+# The preset of a recipe that names none.
+DEFAULT_PRESET = "small"
+
 PRESETS: dict[str, dict] = {
     "tiny": dict(d_model=32, n_heads=2, ffn_dim=64, encoder_layers=2, decoder_layers=2, lsl_dim=16,
                  max_positions=512),

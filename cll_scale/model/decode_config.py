@@ -2,18 +2,19 @@
 build their parsers from them without importing torch: ``--help`` answers at once."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from cll_scale.core.settings import setting
 
 
 @dataclass
 class DecodeConfig:
     # The help texts are the commands' flags (cll_scale.core.cli.add_config_arguments).
-    beam: int = field(default=4, metadata={"help": "beam size (1: greedy)"})
-    len_penalty: float = field(default=1.0, metadata={
-        "help": "length penalty: a hypothesis scores sum log p / length ** len_penalty"})
-    max_len_a: float = field(default=1.5, metadata={"help": "longest output = a · source length + b: a"})
-    max_len_b: int = field(default=10, metadata={"help": "longest output = a · source length + b: b"})
-    min_len: int = field(default=1, metadata={"help": "shortest output, in subwords before eos"})
+    beam: int = setting(4, "beam size (1: greedy)")
+    len_penalty: float = setting(1.0, "length penalty: a hypothesis scores sum log p / length ** len_penalty")
+    max_len_a: float = setting(1.5, "longest output = a · source length + b: a")
+    max_len_b: int = setting(10, "longest output = a · source length + b: b")
+    min_len: int = setting(1, "shortest output, in subwords before eos")
 
     def __post_init__(self):
         import math

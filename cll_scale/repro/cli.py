@@ -3,73 +3,62 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
-import sys
-from pathlib import Path
 
-from cll_scale.core.cli import (add_debug_argument, csv_list, non_negative_float, non_negative_int, plain_text,
-                               positive_int)
+from cll_scale.core.cli import (add_debug_argument, add_lsl_argument, non_negative_float, non_negative_int, plain_text,
+                               positive_int, seed_list)
 from cll_scale.core.errors import run_guarded
+from cll_scale.core.resources import PACKAGE, shipped
 from cll_scale.evaluation.scoring import add_lid_arguments
 from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.repro import __doc__ as DOC
-from cll_scale.repro.evaluations import EvalSettings
-from cll_scale.repro.plan import CONDITIONS, SETTINGS, Budget
-from cll_scale.core.resources import shipped
-from cll_scale.repro.scheduler import ROOT
-from cll_scale.repro.study import Reproduction, Study
+from cll_scale.repro.plan import CONDITIONS, SETTINGS
 from cll_scale.training.precision import PRECISIONS
-
-
-def seed_list(text: str) -> list[int]:
-    seeds = [positive_int(x) for x in csv_list(text)]
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct positive seeds, e.g. 1,2,3")
-    return seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-repro", description=plain_text(DOC), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--condition", choices=CONDITIONS, required=True)
+    p.add_argument("--condition", choices=CONDITIONS, required=True, help="the directions trained (paper §4.1)")
     p.add_argument("--variants", default="baseline,fcll",
                    help="comma-separated variants with a recipe: baseline, fcll, sd (the FFN residual of the "
                         "middle encoder layer removed, as the authors' code), sd_attn (its self-attention "
-                        "residual removed, as Liu et al. 2021)")
+                        "residual removed, as Liu et al. 2021) (default: baseline,fcll)")
     p.add_argument("--settings", choices=SETTINGS, default="small",
                    help="small: the CPU-sized recipes; paper: the recipes that follow the authors' code; "
                         "paper_small: the authors' settings at the small size, the closest a CPU trains; "
                         "diagnostics: small models that each answer one question about the training rules; "
-                        "quickstart: the diagnostics' triangle made to learn in fewer minutes (make quickstart)")
+                        "quickstart: the diagnostics' triangle made to learn in fewer minutes (make quickstart) "
+                        "(default: small)")
     p.add_argument("--seeds", type=seed_list,
                    help="e.g. 1,2,3: train every variant once per seed and report mean ± std over them")
     p.add_argument("--steps-per-model", type=non_negative_int, default=0,
                    help="step budget: every variant sees exactly the same batches (preferred)")
     p.add_argument("--minutes-per-model", type=non_negative_float, default=0.0,
                    help="time budget (default 90 when no step budget is given)")
-    p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(ROOT.parent / "shared" / "data" / "multi30k")))
-    p.add_argument("--shards-root", default="runs/repro/shards")
-    p.add_argument("--runs-root", default="runs/repro/runs")
-    p.add_argument("--recipes", default=str(shipped("recipes")))
+    p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(PACKAGE.parent.parent / "shared" / "data" / "multi30k")),
+                   help="the Multi30k directory (default: $MULTI30K, else ../shared/data/multi30k)")
+    p.add_argument("--shards-root", default="runs/repro/shards", help="where the shards go (default: runs/repro/shards)")
+    p.add_argument("--runs-root", default="runs/repro/runs", help="where the runs go (default: runs/repro/runs)")
+    p.add_argument("--recipes", default=str(shipped("recipes")), help="the recipes' directory (default: the shipped ones)")
     p.add_argument("--out", default="runs/repro/results",
-                   help="where the report goes (the project's own reports: --out docs/results)")
-    p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr")
-    p.add_argument("--beam", type=positive_int, default=DecodeConfig.beam)
+                   help="where the report goes (the project's own reports: --out docs/results) "
+                        "(default: runs/repro/results)")
+    p.add_argument("--splits", default="test_2016_flickr,test_2018_flickr",
+                   help="comma-separated test splits (default: test_2016_flickr,test_2018_flickr)")
+    p.add_argument("--beam", type=positive_int, default=DecodeConfig.beam, help=f"beam size (default: {DecodeConfig.beam})")
     p.add_argument("--max-sentences", type=non_negative_int, default=0,
-                   help="evaluate only the first N per direction (0: all)")
-    p.add_argument("--set", action="append", default=[], help="recipe override for every model")
+                   help="evaluate only the first N per direction (0: all) (default: 0)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="recipe override for every model")
     p.add_argument("--parallel", type=positive_int, default=1,
-                   help="models trained at once (a GPU holds several small ones), in the training order")
+                   help="models trained at once (a GPU holds several small ones), in the training order (default: 1)")
     p.add_argument("--eval-only", action="store_true", help="evaluate the existing exports, train nothing")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
-                   help="what the models still to train train in (auto: each recipe's train.ds_config, whose "
-                        "auto is bf16 on a GPU and on a CPU with avx512_bf16 or AMX, else fp32); bf16 continues "
-                        "a bf16 study on any CPU (without those instructions its matmuls run in fp32 on bf16 "
-                        "values, at about 0.9x fp32's speed)")
+                   help="what the models still to train train in (auto: each recipe's train.ds_config, whose auto "
+                        "is bf16 on a GPU and on a CPU with avx512_bf16 or AMX, else fp32); bf16 continues a bf16 "
+                        "study on any CPU (at about 0.9x fp32's speed without those instructions) (default: auto)")
     p.add_argument("--allow-mixed-precision", action="store_true",
                    help="train the models still missing even where this machine trains them in another "
                         "precision than the study's trained ones (refused by default)")
-    p.add_argument("--ablate-lsl", action="store_true",
-                   help="also evaluate CLL models with their LSLs off (paper Tables 9-10)")
+    add_lsl_argument(p, "also evaluate CLL models with their LSLs switched off (paper Tables 9-10)")
     p.add_argument("--omit-lang-tag", action="store_true",
                    help="also evaluate the models trained with language tags without the tag (paper Table 8)")
     p.add_argument("--cll-layers", metavar="SETS",
@@ -82,27 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def study_of(args, argv: list[str] | None) -> Study:
-    """The typed study the flags ask for. The commands run from the project root: every path is
-    made absolute."""
-    command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    path = {name: Path(getattr(args, name)).resolve() for name in ("shards_root", "runs_root", "recipes", "out",
-                                                                   "multi30k")}
-    evaluation = EvalSettings(tuple(args.splits.split(",")), args.beam, args.max_sentences, args.ablate_lsl,
-                              args.omit_lang_tag, tuple(args.lid))
-    return Study(args.condition, csv_list(args.variants), evaluation=evaluation,
-                 budget=Budget.of(args.steps_per_model, args.minutes_per_model), settings=args.settings,
-                 seeds=args.seeds, overrides=list(args.set), cll_layers=args.cll_layers, parallel=args.parallel,
-                 eval_only=args.eval_only, allow_mixed_precision=args.allow_mixed_precision, precision=args.precision,
-                 lid_workers=args.lid_workers, command=command, **path)
-
-
-def reproduce(study: Study) -> int:
-    path = Reproduction(study).run()
-    print(path.read_text())
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return run_guarded("cll-repro", lambda: reproduce(study_of(args, argv)), args.debug)
+
+    def body() -> int:
+        from cll_scale.repro.study import reproduce, study_of     # torch comes with it: --help needs none
+        return reproduce(study_of(args, argv))
+    return run_guarded("cll-repro", body, args.debug)

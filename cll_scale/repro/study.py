@@ -3,10 +3,13 @@ refuse what would mix settings or precisions, train what is missing (a few at a 
 and record each model as it ends, and rewrite the report each time."""
 from __future__ import annotations
 
+import argparse
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cll_scale.core.cli import csv_list
 from cll_scale.core.outputs import DirLock, json_text, write_atomic
 from cll_scale.data.manifest import Manifest
 from cll_scale.evaluation.pool import lid_pool
@@ -203,3 +206,25 @@ class Reproduction:
                 return self.report()
         finally:
             lock.release()
+
+
+def study_of(args: argparse.Namespace, argv: list[str] | None) -> Study:
+    """The typed study cll-repro's flags ask for. The commands run from the project root: every
+    path is made absolute."""
+    command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    path = {name: Path(getattr(args, name)).resolve() for name in ("shards_root", "runs_root", "recipes", "out",
+                                                                   "multi30k")}
+    evaluation = EvalSettings(tuple(args.splits.split(",")), args.beam, args.max_sentences, args.ablate_lsl,
+                              args.omit_lang_tag, tuple(args.lid))
+    return Study(args.condition, csv_list(args.variants), evaluation=evaluation,
+                 budget=Budget.of(args.steps_per_model, args.minutes_per_model), settings=args.settings,
+                 seeds=args.seeds, overrides=list(args.set), cll_layers=args.cll_layers, parallel=args.parallel,
+                 eval_only=args.eval_only, allow_mixed_precision=args.allow_mixed_precision, precision=args.precision,
+                 lid_workers=args.lid_workers, command=command, **path)
+
+
+def reproduce(study: Study) -> int:
+    """Run the study and print its report."""
+    path = Reproduction(study).run()
+    print(path.read_text())
+    return 0

@@ -1,22 +1,23 @@
 """The recipe layer: the file a user writes, gathered into one typed config per component.
 
-A recipe has one section per component, each a dataclass that lives beside its component; this
-module sits above them all and is the only one that knows the whole list:
+A recipe has one section per component, each a dataclass in its component's layer (in a module
+that imports no torch, so that ``cll-train --help`` answers at once); this module sits above them
+all and is the only one that knows the whole list:
 
 =============  ==================================================  ================================
 section        dataclass                                           used by
 =============  ==================================================  ================================
 ``model``      ``cll_scale.model.config.ModelConfig`` (PRESETS)    the CLL Transformer
-``data``       ``cll_scale.data.stream.StreamConfig``              the training stream
-``optim``      ``cll_scale.training.optim.OptimConfig``            AdamW and its schedule
-``checkpoint`` ``cll_scale.training.rundir.CheckpointConfig``       checkpoints and exports
-``valid``      ``cll_scale.training.validator.ValidConfig``        validation and model selection
-``log``        ``cll_scale.training.metrics.LogConfig``            metrics.jsonl, the monitor, MFU
+``data``       ``cll_scale.data.stream_config.StreamConfig``       the training stream
+``optim``      ``cll_scale.training.configs.OptimConfig``          AdamW and its schedule
+``checkpoint`` ``cll_scale.training.configs.CheckpointConfig``     checkpoints and exports
+``valid``      ``cll_scale.training.configs.ValidConfig``          validation and model selection
+``log``        ``cll_scale.training.configs.LogConfig``            metrics.jsonl, the monitor, MFU
 ``train``      :class:`TrainConfig` (here)                         the run: data, budget, numerics
 =============  ==================================================  ================================
 
-Every field with ``metadata={"help": ...}`` is also a ``cll-train`` flag (``--optim.lr``),
-its default and help written once, in its dataclass (:func:`add_recipe_arguments`). DeepSpeed's JSON
+Every field made with ``setting()`` is also a ``cll-train`` flag (``--optim.lr``), its default
+and help written once, in its dataclass (:func:`add_recipe_arguments`). DeepSpeed's JSON
 files in ``ds_configs/`` hold engine settings only (ZeRO stage, precision, offload, monitor); batch
 size, accumulation, clipping and learning rate are filled in by
 ``cll_scale.training.engine.make_ds_config``. Old names are read through :mod:`cll_scale.core.compat`.
@@ -29,15 +30,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from cll_scale.core.cli import add_config_arguments, default_text
 from cll_scale.core.compat import LEGACY, MOVED, notice, upgrade
-from cll_scale.core.settings import coerce_number, default_of, field_default, setting
+from cll_scale.core.settings import coerce_number, default_of, setting
 from cll_scale.data.inputs import source_length
-from cll_scale.data.stream import StreamConfig
-from cll_scale.model.config import PRESETS, ModelConfig
-from cll_scale.training.metrics import LogConfig
-from cll_scale.training.optim import OptimConfig
-from cll_scale.training.rundir import CheckpointConfig
-from cll_scale.training.validator import ValidConfig
+from cll_scale.data.stream_config import StreamConfig
+from cll_scale.model.config import DEFAULT_PRESET, PRESETS, ModelConfig
+from cll_scale.training.configs import CheckpointConfig, LogConfig, OptimConfig, ValidConfig
 
 
 @dataclass
@@ -163,7 +162,7 @@ def check_sections(recipe: dict, where: str) -> None:
         if section in recipe and not isinstance(recipe[section], dict):
             raise ValueError(f"{where}: section {section!r} must be a mapping of settings "
                              f"(key: value lines), not {recipe[section]!r}")
-    preset = recipe.get("preset", "small")
+    preset = recipe.get("preset", DEFAULT_PRESET)
     if not isinstance(preset, str) or preset not in PRESETS:
         raise ValueError(f"{where}: unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
 
@@ -346,7 +345,7 @@ def training_rules(config: dict, recorded: bool) -> dict[str, object]:
     """Every :data:`LEGACY` rule a config trains with: the ones it names, and for the others,
     today's default (the preset's, else the field's) for a recipe, or the legacy rule for a run's
     config.json (``recorded``), which was written before the rule existed."""
-    preset = PRESETS.get(config.get("preset", "small"), {})
+    preset = PRESETS.get(config.get("preset", DEFAULT_PRESET), {})
     classes = section_classes()
     unnamed = {f"{section}.{key}": old if recorded else
                (preset if section == "model" else {}).get(key, default_of(classes[section], key))
@@ -360,7 +359,7 @@ def build_configs(recipe: dict, languages: list[str], central: str | None, token
     already read in their new places), against a shard manifest's languages and tokenizer (and
     ``max_length``, the longest training pair it holds, in subwords)."""
     check_sections(recipe, where)
-    model_kw = dict(PRESETS[recipe.get("preset", "small")])
+    model_kw = dict(PRESETS[recipe.get("preset", DEFAULT_PRESET)])
     model_kw.update(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id, bos_id=tokenizer.bos_id,
                     eos_id=tokenizer.eos_id, languages=list(languages), central_language=central)
     model_kw.update(recipe.get("model", {}))
@@ -368,7 +367,7 @@ def build_configs(recipe: dict, languages: list[str], central: str | None, token
                 for name in SECTIONS}
     check_model_fits_shards(sections["model"], languages, central, tokenizer, where, max_length,
                             sections["data"].add_lang_tag)
-    return RunConfig(preset=recipe.get("preset", "small"), **sections)
+    return RunConfig(preset=recipe.get("preset", DEFAULT_PRESET), **sections)
 
 
 def check_model_fits_shards(model: ModelConfig, languages: list[str], central: str | None, tokenizer,
@@ -396,24 +395,24 @@ def check_model_fits_shards(model: ModelConfig, languages: list[str], central: s
 
 
 def add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per recipe setting that has a help text: ``--optim.lr`` (also ``--optim.warmup-steps``
-    for ``warmup_steps``, and the short name some have, ``--max-steps``), one argument group a
-    section. Values are read as ``--set`` reads them (YAML), so a flag and ``--set`` meet the same
-    checks; the default shown is the field's, written once, in its dataclass."""
+    """One flag per recipe setting that has a help text, one argument group a section, made by the
+    package's one generator (:func:`cll_scale.core.cli.add_config_arguments`): ``--optim.lr``, or
+    the short name a setting declares (``--max-steps``). Values are read as ``--set`` reads them,
+    so a flag and ``--set`` meet the same checks. The default shown is what a recipe that leaves
+    the setting out trains with: the field's, or for a size the preset's (:func:`preset_defaults`)."""
     for section, cls in section_classes().items():
         group = parser.add_argument_group(f"{section} settings" + (" (the preset sets the sizes)"
                                                                    if section == "model" else ""))
-        for f in dataclasses.fields(cls):
-            if "help" not in f.metadata:
-                continue
-            flags = dict.fromkeys([f"--{section}.{f.name}", f"--{section}.{f.name.replace('_', '-')}",
-                                   *([f.metadata["flag"]] if "flag" in f.metadata else [])])
-            default = field_default(f)
-            choices = f.metadata.get("choices")
-            shown = f"one of {', '.join(choices)}; " if choices else ""
-            group.add_argument(*flags, dest=f"{section}.{f.name}", default=None, metavar="VALUE", choices=choices,
-                               help=f"{f.metadata['help']} ({shown}default: {default})")
+        add_config_arguments(group, cls, section=section, shown=preset_defaults() if section == "model" else None)
     add_old_recipe_flags(parser)
+
+
+def preset_defaults() -> dict[str, str]:
+    """The model settings a preset sets, as their help shows the default: the default preset's
+    value, and which setting of the recipe decides it."""
+    default = PRESETS[DEFAULT_PRESET]
+    return {name: f"the preset's; {DEFAULT_PRESET}: {default_text(default.get(name, default_of(ModelConfig, name)))}"
+            for name in sorted({k for values in PRESETS.values() for k in values})}
 
 
 def add_old_recipe_flags(parser: argparse.ArgumentParser) -> None:
@@ -438,3 +437,12 @@ def recipe_flags(args: argparse.Namespace) -> list[str]:
         notice(f"--{old} is now --{new} (read as such; the old name will go)")
         given[new] = given.pop(old)
     return [f"{dest}={value}" for dest, value in given.items()]
+
+
+def recipe_from_args(args: argparse.Namespace) -> dict:
+    """cll-train's recipe: the ``--recipe`` file, then ``--preset`` and the setting flags, then
+    ``--set`` (the last word wins)."""
+    recipe = load_recipe(args.recipe) if args.recipe else {}
+    if args.preset:
+        recipe["preset"] = args.preset
+    return apply_overrides(recipe, recipe_flags(args) + args.set)

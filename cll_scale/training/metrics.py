@@ -15,36 +15,7 @@ import torch
 from cll_scale.core.hardware import peak_bf16_tflops
 from cll_scale.core.jsonfiles import read_json_lines
 from cll_scale.core.outputs import json_text, naming, write_atomic
-from cll_scale.core.settings import setting
-
-
-@dataclass
-class LogConfig:
-    """The recipe's ``log`` section."""
-    # The help texts are cll-train's flags (cll_scale.run.recipe.add_recipe_arguments).
-    every: int = setting(50, "steps per metrics.jsonl line; also how often the host reads the device's metrics")
-    peak_tflops: float = setting(0.0, "the device's dense bf16 peak in TFLOP/s that MFU is measured against (0: "
-                                 "from the datasheet table by device name; no MFU where the name is not in it, "
-                                 "as on a CPU)")
-    tensorboard: bool = setting(False, "also write the training metrics as TensorBoard events under "
-                                       "<run dir>/monitor/train (DeepSpeed's monitor; needs the tensorboard package)")
-    wandb: bool = setting(False, "also send the training metrics to Weights & Biases (DeepSpeed's monitor; needs "
-                                 "the wandb package)")
-
-    def __post_init__(self):
-        if self.every < 1 or self.peak_tflops < 0:
-            raise ValueError("log.every must be >= 1 and log.peak_tflops >= 0")
-
-    def dashboards(self) -> tuple[str, ...]:
-        """The DeepSpeed monitors asked for, each checked to be installed: a run refuses to start
-        rather than train for hours with its dashboard silently missing."""
-        import importlib.util
-        wanted = tuple(name for name in ("tensorboard", "wandb") if getattr(self, name))
-        missing = [name for name in wanted if importlib.util.find_spec(name) is None]
-        if missing:
-            raise ValueError("; ".join(f"log.{name}: true needs the {name} package, which is not installed in this "
-                                       f"Python (pip install {name}, or set log.{name}: false)" for name in missing))
-        return wanted
+from cll_scale.training.configs import LogConfig  # noqa: F401  (the section this module uses)
 
 
 @dataclass

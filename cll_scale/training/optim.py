@@ -8,51 +8,9 @@ step count untouched. Nothing here reads a device value on the host.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
-from cll_scale.core.settings import setting
-
-
-@dataclass
-class OptimConfig:
-    """The recipe's ``optim`` section: AdamW and its schedule (paper App. A defaults)."""
-    # The help texts are cll-train's flags (cll_scale.run.recipe.add_recipe_arguments).
-    lr: float = setting(7e-4, "peak learning rate")
-    warmup_steps: int = setting(4000, "linear warm-up steps, then 1/sqrt(step) decay")
-    schedule_offset: int = setting(0, "the schedule goes on as if this many steps were done (cll-extend "
-                                   "continues pre-training's decay)")
-    betas: tuple[float, float] = setting((0.9, 0.98), "AdamW's betas, e.g. [0.9, 0.98]")
-    eps: float = setting(1e-8, "AdamW's epsilon")
-    weight_decay: float = setting(0.0, "AdamW's decoupled weight decay")
-    clip_norm: float = setting(1.0, "clip gradients to this global norm (0: no clipping)")
-
-    def __post_init__(self):
-        self.betas = tuple(self.betas)
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"optim.lr must be a positive number, not {self.lr}")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise ValueError(f"optim.betas must be two numbers in [0, 1), e.g. [0.9, 0.98] or 0.9,0.98; not {list(self.betas)}")
-        if not self.eps > 0 or self.weight_decay < 0 or self.clip_norm < 0 or self.warmup_steps < 0:
-            raise ValueError("optim.eps must be > 0, and weight_decay, clip_norm, warmup_steps >= 0")
-
-    def adamw_kwargs(self) -> dict:
-        return dict(lr=self.lr, betas=self.betas, eps=self.eps, weight_decay=self.weight_decay)
-
-    def scheduler(self, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
-        """Warm-up and inverse square root, shifted by ``schedule_offset``."""
-        factor, offset = inverse_sqrt(self.warmup_steps), self.schedule_offset
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factor(step + offset))
-
-
-def inverse_sqrt(warmup: int):
-    """Linear warm-up to the peak, then ∝ 1/sqrt(step) (Vaswani et al. 2017; paper App. A)."""
-    def factor(step: int) -> float:
-        step = max(step, 1)
-        return min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
-    return factor
+from cll_scale.training.configs import OptimConfig, inverse_sqrt  # noqa: F401  (the section this module uses)
 
 
 class GuardedAdamW(torch.optim.AdamW):

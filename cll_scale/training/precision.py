@@ -9,9 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-import torch
-
-from cll_scale.core.hardware import cpu_bf16_speedup
 from cll_scale.core.jsonfiles import read_json_object
 from cll_scale.core.resources import shipped
 
@@ -22,6 +19,9 @@ def default_ds_config(agree: Callable[[bool], bool] | None = None) -> tuple[Path
     """The engine settings ``auto`` stands for, and why: bf16 on a GPU; on a CPU bf16 only where
     a short matmul probe finds it faster than fp32. ``agree``: in a process group, the rule that
     makes every rank take the same choice (bf16 only if it is faster on all of them)."""
+    import torch        # here, not at the top: cll-repro's --help reads PRECISIONS without torch
+
+    from cll_scale.core.hardware import cpu_bf16_speedup
     if torch.cuda.is_available():
         return DS_CONFIGS / "gpu_bf16.json", "a CUDA device is present"
     speedup = cpu_bf16_speedup()
@@ -62,6 +62,7 @@ def ds_config_of(precision: str) -> str:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if precision == "auto":
         return "auto"
+    import torch
     return "gpu_bf16.json" if precision == "bf16" and torch.cuda.is_available() else f"cpu_{precision}.json"
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cll_scale.core.compat import upgrade
 from cll_scale.core.jsonfiles import read_json_object
-from cll_scale.core.settings import setting
+from cll_scale.training.configs import CheckpointConfig  # noqa: F401  (the section this module uses)
 from cll_scale.training.metrics import read_rows
 
 
@@ -149,14 +149,3 @@ def checkpoint_world_size(ckpt_dir: Path, tag: str) -> int:
     return len(list((ckpt_dir / tag).glob("*optim_states.pt")))
 
 
-@dataclass
-class CheckpointConfig:
-    """The recipe's ``checkpoint`` section."""
-    # The help texts are cll-train's flags (cll_scale.run.recipe.add_recipe_arguments).
-    every: int = setting(1000, "save a checkpoint every this many steps")
-    keep_last: int = setting(3, "complete checkpoints kept (older ones are deleted)")
-    export: bool = setting(True, "write export/ at the end (and export-best/ on a new best validation score)")
-
-    def __post_init__(self):
-        if self.every < 1 or self.keep_last < 1:
-            raise ValueError("checkpoint.every and checkpoint.keep_last must be >= 1")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 
-from cll_scale.core.settings import setting
 from cll_scale.data.manifest import SUPERVISED, ZERO_SHOT
 from cll_scale.data.stream import Batch, eval_batches
 from cll_scale.evaluation.evaluator import score_model
@@ -20,33 +19,7 @@ from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decode_config import DecodeConfig
 from cll_scale.model.model import projected_loss
 from cll_scale.training import collectives
-
-BEST_METRICS = ("", "valid_nll", "valid_bleu")
-
-
-@dataclass
-class ValidConfig:
-    """The recipe's ``valid`` section: validation during training and the model it selects."""
-    # The help texts are cll-train's flags (cll_scale.run.recipe.add_recipe_arguments).
-    every: int = setting(500, "validate every this many steps")
-    max_batches: int = setting(0, "batches per direction at most (0: the whole split)")
-    max_sentences: int = setting(0, "the first N sentences (dev-set lines) of each direction, split over the "
-                                 "ranks (0: every sentence; OPUS-100: 200 of the 2,000 in each of 188 directions)")
-    decode_sentences: int = setting(0, "also greedy-translate this many sentences per direction and log BLEU and "
-                                    "the zero-shot off-target rate (0: no decoding)")
-    best_metric: str = setting("valid_nll", "export-best/ follows this supervised metric: valid_nll (lower is "
-                               "better), valid_bleu (needs decode_sentences), or '' for no selection")
-
-    def __post_init__(self):
-        if self.every < 1 or self.max_batches < 0 or self.max_sentences < 0 or self.decode_sentences < 0:
-            raise ValueError("valid.every must be >= 1, valid.max_batches, max_sentences and decode_sentences >= 0")
-        if self.best_metric not in BEST_METRICS:
-            raise ValueError(f"valid.best_metric must be valid_nll, valid_bleu or empty, not {self.best_metric!r}")
-        if self.best_metric == "valid_bleu" and not self.decode_sentences:
-            # BLEU is only measured on decoded sentences: without any, no validation would ever
-            # give a value, and export-best/ would silently never be written.
-            raise ValueError("valid.best_metric valid_bleu needs valid.decode_sentences > 0 (BLEU is scored on "
-                             "that many greedy translations per direction); set it, e.g. 200, or choose valid_nll")
+from cll_scale.training.configs import BEST_METRICS, ValidConfig  # noqa: F401  (the section this module uses)
 
 
 @dataclass
