@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.core.cli import add_config_arguments, add_debug_argument, config_from_args, plain_text
+from cll_scale.core.cli import (add_config_arguments, add_debug_argument, add_model_argument, config_from_args,
+                                plain_text)
 from cll_scale.core.errors import run_guarded
 from cll_scale.core.outputs import result_dir
 from cll_scale.model.decode_config import DecodeConfig
@@ -22,7 +23,7 @@ from cll_scale.model.decode_config import DecodeConfig
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cll-export", description=plain_text(__doc__),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="an export/ directory")
+    add_model_argument(p, "the model (its export/ directory)")
     p.add_argument("--hf", required=True, metavar="DIR", help="write a transformers directory here")
     # the search the directory's generate uses unless told otherwise
     add_config_arguments(p, DecodeConfig)

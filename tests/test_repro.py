@@ -756,7 +756,7 @@ def test_progress_reads_each_training_and_says_the_time_left(tmp_path):
     import io
     import json as json_
     from cll_scale.repro.plan import Budget
-    from cll_scale.repro.scheduler import Progress
+    from cll_scale.repro.progress import Progress
     run = tmp_path / "run"
     run.mkdir()
     metrics = run / "metrics.jsonl"
@@ -794,7 +794,7 @@ def test_progress_after_a_resume_measures_from_the_rows_the_resumed_training_wri
     the stale row (which gave "under a minute left" for an hour)."""
     import io
     from cll_scale.repro.plan import Budget
-    from cll_scale.repro.scheduler import Progress
+    from cll_scale.repro.progress import Progress
     progress = Progress(Budget(steps=2100), parallel=2, stream=io.StringIO(), every_s=0)
     assert progress.left("baseline", 850, 9000.0) is None          # the stale row: no rate yet
     assert progress.left("baseline", 825, 4520.0) is None          # behind it: measured from here
