@@ -47,6 +47,7 @@ def test_help_has_no_issue_numbers_and_no_markup(name):
         assert not found, f"{name} --help prints markup raw: {found[:3]}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("module", ["cll_scale.translate", "cll_scale.evaluate"])
 def test_help_answers_without_importing_torch(module):
     code = (f"import sys\nfrom {module} import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
