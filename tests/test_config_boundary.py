@@ -72,7 +72,8 @@ def test_a_recipe_that_is_not_utf8_is_named(tmp_path):
 
 # -- finding 6: decoding limits ------------------------------------------------------------------------
 
-def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny_export, tmp_path, capsys, cmd):
+def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny_export, tmp_path, capsys, cmd,
+                                                                           caplog):
     from cll_scale.translate import main
     src = tmp_path / "in.txt"
     src.write_text("Ein Hund läuft über die Wiese.\n")
@@ -81,8 +82,11 @@ def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny
     assert code == 0 and len(out.strip().split()) >= 1, (out, err)      # not an empty line
     code, out, err = run_cli(main, [*base, "--min-len", "1000"], capsys)
     assert code == EXIT_INPUT and "--min-len 1000 exceeds the longest output" in err and out == ""
+    caplog.set_level("WARNING")        # a warning, logged (that one reaches stderr: tests/test_std_streams.py)
     res = cmd("cll_scale.translate", *base, "--min-len", "40", "--max-len-a", "0", "--max-len-b", "5")
-    assert res.returncode == 0 and "--min-len 40 exceeds the longest output allowed for some sentences" in res.stderr
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert res.returncode == 0 and any("--min-len 40 exceeds the longest output allowed for some sentences" in w
+                                       for w in warned), (warned, res.stderr)
     # a beam wider than the vocabulary is refused before any decoding (found in the third round: it
     # filled the memory in the top-k instead)
     beam = list(base)
