@@ -28,16 +28,17 @@ demo: env
 	$(PY) -m demo --model baseline=$(call qs_export,baseline) --model fcll=$(call qs_export,fcll) \
 	    --examples $(MULTI30K) $(if $(wildcard $(QS_REPORT)/evaluated),--results $(QS_REPORT))
 
-# The suite on TEST_WORKERS processes (pytest-xdist; one torch thread each); the tests marked
-# whole_machine run last, one at a time, with no other test beside them (tests/conftest.py)
+# The suite, both tiers, on TEST_WORKERS processes (pytest-xdist; one torch thread each); the tests
+# marked whole_machine run last, one at a time, with no other test beside them (tests/conftest.py)
 TEST_WORKERS ?= 2
 XDIST = -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 test: env
 	$(PY) -m pytest -q $(XDIST) --durations=15
 
+# The in-process tier: commands called through main(argv), the tiny models trained once per run
 test-fast: env
-	$(PY) -m pytest -q $(XDIST) -m "not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not integration"
 
 bench-stream: env
 	$(PY) bench/bench_stream.py --multi30k $(MULTI30K)

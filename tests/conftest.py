@@ -10,8 +10,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import contextlib  # noqa: E402
 import fcntl  # noqa: E402
+import importlib  # noqa: E402
+import io  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -143,6 +146,55 @@ def run_cli(main, argv, capsys):
     return code, out.out, out.err
 
 
+# The console scripts by the module `python -m` runs (setup.py's entry points): the in-process
+# tests name a command as the spawning ones do, so a test moves between the tiers unchanged.
+COMMANDS = {
+    "data_tools": "data_tools.cli",
+    "cll_scale.train": "cll_scale.train",
+    "cll_scale.translate": "cll_scale.translate",
+    "cll_scale.evaluate": "cll_scale.evaluate",
+    "cll_scale.repro": "cll_scale.repro.cli",
+    "cll_scale.backtranslate": "cll_scale.backtranslate",
+    "cll_scale.extend": "cll_scale.extend",
+    "cll_scale.analyze": "cll_scale.analyze",
+    "demo": "demo.app",
+}
+
+
+def command(module: str, *argv, stdin: str | bytes | None = None) -> subprocess.CompletedProcess:
+    """``python -m module argv`` run in this process, as the finished process it would be: the exit
+    code (argparse's and sys.exit's SystemExit included: a usage error is 2), and what the command
+    wrote to sys.stdout and sys.stderr (text), ``stdin`` its standard input. What it writes through
+    a stream it bound before the call (a logging handler) is not there: a test of that is an
+    integration test."""
+    main = importlib.import_module(COMMANDS[module]).main
+    argv = [str(a) for a in argv]
+    out, err, before = io.StringIO(), io.StringIO(), sys.stdin
+    if stdin is not None:          # with its bytes underneath, as a real one has (sys.stdin.buffer)
+        raw = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+        sys.stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as stop:
+                if isinstance(stop.code, str):    # sys.exit("text"): the interpreter prints it and exits 1
+                    print(stop.code, file=sys.stderr)
+                    code = 1
+                else:
+                    code = stop.code
+    finally:
+        sys.stdin = before
+    return subprocess.CompletedProcess([module, *argv], code or 0, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture()
+def cmd():
+    """:func:`command`, for a test that runs console commands in process: ``cmd(module, *argv,
+    stdin=text)``."""
+    return command
+
+
 @pytest.fixture(scope="session")
 def multi30k() -> Path:
     if not (MULTI30K / "train.en").is_file():
@@ -178,38 +230,36 @@ def small_multiway(multi30k, tmp_path) -> Path:
 sys.path.insert(0, str(ROOT))
 
 
+def train_in_process(*argv) -> None:
+    """cll-train in this process, for a fixture's model. The training makes a one-process world and
+    takes it, and its variables, down again."""
+    res = command("cll_scale.train", *argv)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+
 @pytest.fixture(scope="session")
 def tiny_export(m30k_centered, tmp_path_factory) -> Path:
-    """A `tiny` FCLL model trained for a few steps through cll-train and exported."""
-    import subprocess
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-
+    """A `tiny` FCLL model trained for a few steps through cll-train (in process) and exported."""
     def train(run):
-        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
-                        "--run-dir", str(run), "--max-steps", "15", "--ds-config", "cpu_fp32.json",
-                        "--set", "valid.every=1000", "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3",
-                        "--set", "optim.warmup_steps=5"], cwd=ROOT, env=env, check=True, capture_output=True)
+        train_in_process("--data", m30k_centered, "--preset", "tiny", "--run-dir", run, "--max-steps", "15",
+                         "--ds-config", "cpu_fp32.json", "--set", "valid.every=1000",
+                         "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5")
     return built_once(tmp_path_factory, "tiny", train) / "export"
 
 
 @pytest.fixture(scope="session")
 def triangle_export(multi30k, tmp_path_factory) -> tuple[Path, Path]:
     """A second real model, on other languages (de, fr, cs) than `tiny_export` (en, de, fr, cs),
-    and its shards; trained once for the session (the misuse and demo tests share it)."""
-    import subprocess
+    and its shards; trained once for the session, in process (the misuse and demo tests share it)."""
     from cll_scale.data.shards import BuildConfig, build_shards
     from cll_scale.data.corpora import read_multiway
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
     def build(root):
         corpus = head_corpus(multi30k, root / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs"))
         build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]),
                      BuildConfig(out_dir=str(root / "shards"), vocab_size=800))
-        res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(root / "shards"), "--preset",
-                              "tiny", "--run-dir", str(root / "run"), "--max-steps", "3", "--ds-config",
-                              "cpu_fp32.json", "--set", "log.every=1", "--set", "valid.every=1000",
-                              "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3",
-                              "--set", "optim.warmup_steps=10"], cwd=ROOT, env=env, capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr[-3000:]
+        train_in_process("--data", root / "shards", "--preset", "tiny", "--run-dir", root / "run", "--max-steps", "3",
+                         "--ds-config", "cpu_fp32.json", "--set", "log.every=1", "--set", "valid.every=1000",
+                         "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10")
     root = built_once(tmp_path_factory, "tri", build)
     return root / "run" / "export", root / "shards"

@@ -3,8 +3,6 @@ attribution with Captum (Fig. 5), attention maps (Fig. 3), and their command ``c
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,7 +14,7 @@ from cll_scale.evaluation.evaluator import TAG_OMITTED, evaluate_entries
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import Translator
 from cll_scale.model.export import export_lang_tag
-from tests.conftest import ROOT, built_once
+from tests.conftest import built_once, train_in_process
 
 SENTENCE = "Ein Mann fährt mit dem Fahrrad eine Straße entlang."
 
@@ -24,17 +22,13 @@ SENTENCE = "Ein Mann fährt mit dem Fahrrad eine Straße entlang."
 @pytest.fixture(scope="module")
 def tagless_export(m30k_centered, tmp_path_factory):
     """A `tiny` FCLL model trained without language tags (paper Table 7)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-
     def train(run):
-        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
-                        "--run-dir", str(run), "--max-steps", "6", "--ds-config", "cpu_fp32.json",
-                        "--set", "valid.every=1000", "--set", "data.batch_tokens=1024",
-                        "--set", "data.add_lang_tag=false"], cwd=ROOT, env=env, check=True, capture_output=True)
+        train_in_process("--data", m30k_centered, "--preset", "tiny", "--run-dir", run, "--max-steps", "6",
+                         "--ds-config", "cpu_fp32.json", "--set", "valid.every=1000", "--set", "data.batch_tokens=1024",
+                         "--set", "data.add_lang_tag=false")
     return built_once(tmp_path_factory, "tagless", train) / "export"
 
 
-@pytest.mark.slow
 def test_a_tagless_model_is_exported_as_such_and_decodes_without_the_tag(tagless_export, tiny_export):
     assert export_lang_tag(tiny_export) is True
     assert export_lang_tag(tagless_export) is False
@@ -54,7 +48,6 @@ def test_a_tagless_model_is_exported_as_such_and_decodes_without_the_tag(tagless
         tagless.translate([SENTENCE], "fr", omit_tag=True)
 
 
-@pytest.mark.slow
 def test_omitting_the_tag_changes_the_input_ids_and_is_an_evaluation_entry(tiny_export, tagless_export,
                                                                            m30k_centered):
     tr = Translator.load(tiny_export)
@@ -133,7 +126,6 @@ def test_token_classes():
     assert token_class(",", "fr", pieces) == "symbol"
 
 
-@pytest.mark.slow
 def test_cll_analyze_attribution_and_attention(tiny_export, tagless_export, m30k_centered, tmp_path, capsys):
     out = tmp_path / "attr"
     code = analyze_main(["attribution", "--model", str(tiny_export), "--data", str(m30k_centered),
@@ -309,7 +301,6 @@ def test_flags_that_disagree_about_the_sentences_are_refused_before_any_work(tin
     assert not out.exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("command", ["cll-eval", "cll-analyze attention"])
 def test_omitting_the_tag_of_models_that_have_none_is_refused(tagless_export, tiny_export, m30k_centered, tmp_path,
                                                               capsys, command):

@@ -4,13 +4,12 @@ restart that keeps finished generation work."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
 from cll_scale.data.languages import Direction
 from cll_scale.data.manifest import Manifest
-from tests.conftest import ROOT, built_once, head_corpus
+from tests.conftest import ROOT, built_once, head_corpus, train_in_process
 from tests.test_train import DEEPSPEED, free_port
 
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -29,21 +28,18 @@ def small_model(multi30k, tmp_path_factory):
         corpus = head_corpus(multi30k, root / "small", lambda name: name.startswith(("train.", "val.")))
         build_shards(read_multiway(corpus, "centered"), BuildConfig(out_dir=str(root / "shards"), vocab_size=1000,
                                                                     block_rows=64))
-        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(root / "shards"), "--preset", "tiny",
-                        "--run-dir", str(root / "pretrain"), "--max-steps", "10", "--ds-config", "cpu_fp32.json",
-                        "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
-                       cwd=ROOT, env=ENV, check=True, capture_output=True)
+        train_in_process("--data", root / "shards", "--preset", "tiny", "--run-dir", root / "pretrain", "--max-steps",
+                         "10", "--ds-config", "cpu_fp32.json", "--set", "data.batch_tokens=1024", "--set",
+                         "optim.lr=3e-3", "--set", "optim.warmup_steps=5")
     root = built_once(tmp_path_factory, "bt-small", build)
     return root / "shards", root / "pretrain" / "export"
 
 
-def cll_bt(shards, export, out, *extra, launcher=(sys.executable, "-m")):
-    return subprocess.run([*launcher, "cll_scale.backtranslate", "--model", str(export),
-                           "--data", str(shards), "--out", str(out), "--bt-langs", ",".join(BT_LANGS),
-                           "--epochs", "2", "--max-rows", str(MAX_ROWS), "--ds-config", "cpu_fp32.json",
-                           "--batch-tokens", "1024", "--lr", "1e-3", "--warmup-steps", "5",
-                           "--eval-splits", "valid", "--eval-max-sentences", "20", "--eval-beam", "2", *extra],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+def bt_args(shards, export, out, *extra) -> list[str]:
+    return ["--model", str(export), "--data", str(shards), "--out", str(out), "--bt-langs", ",".join(BT_LANGS),
+            "--epochs", "2", "--max-rows", str(MAX_ROWS), "--ds-config", "cpu_fp32.json", "--batch-tokens", "1024",
+            "--lr", "1e-3", "--warmup-steps", "5", "--eval-splits", "valid", "--eval-max-sentences", "20",
+            "--eval-beam", "2", *map(str, extra)]
 
 
 def check_epochs(shards, out):
@@ -73,9 +69,11 @@ def check_epochs(shards, out):
         assert speed["seconds"] > 0 and speed["sentences_per_s"] == speed["pseudo_sentences"] / speed["seconds"]
 
 
-@pytest.mark.slow
-def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
+def test_back_translation_epochs_resume_and_report(small_model, tmp_path, cmd):
     shards, export = small_model
+
+    def cll_bt(*args):
+        return cmd("cll_scale.backtranslate", *bt_args(*args))
     out = tmp_path / "bt"
     res = cll_bt(shards, export, out)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -115,15 +113,16 @@ def test_back_translation_epochs_resume_and_report(small_model, tmp_path):
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_back_translation_on_two_ranks(small_model, tmp_path):
     """`deepspeed --num_gpus 2` (one thread per rank): the ranks share generation and training,
     rank 0 evaluates after the group is gone, both exit cleanly, and the printed command is the
     one the user typed (the launcher's --local_rank left out)."""
     shards, export = small_model
     out = tmp_path / "bt"
-    launcher = (DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module")
-    res = cll_bt(shards, export, out, launcher=launcher)
+    res = subprocess.run([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port()), "--module",
+                          "cll_scale.backtranslate", *bt_args(shards, export, out)], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     check_epochs(shards, out)
     assert "Command: `cll-bt --model" in res.stdout and "` (2 ranks)" in res.stdout

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.test_train import ENV
 
@@ -16,6 +18,7 @@ def run_bench(script, *args, tmp_path):
     return json.loads(out.read_text())
 
 
+@pytest.mark.integration
 def test_bench_model_profiles_and_measures_the_loss_forms_at_tiny(tmp_path):
     res = run_bench("bench_model.py", "--only", "loss", "--only", "profile", "--preset", "tiny", "--shape", "8", "8",
                     "8", "--steps", "2", "--profile-steps", "1", "--profile-variants", "baseline,fcll-mixed",
@@ -36,6 +39,7 @@ def test_bench_model_profiles_and_measures_the_loss_forms_at_tiny(tmp_path):
         assert base["top_self_time"] and "extra_ms_top_ops" in mixed and "extra_ms_top_ops" not in base
 
 
+@pytest.mark.integration
 def test_bench_train_profiles_what_the_trainer_adds_at_tiny(m30k_centered, tmp_path):
     res = run_bench("bench_train.py", "--data", str(m30k_centered), "--only", "trainer", "--profile", "--preset",
                     "tiny", "--batch-tokens", "512", "--blocks", "1", "--block-steps", "2", "--warmup", "0",

@@ -52,6 +52,7 @@ def test_help_has_no_issue_numbers_and_no_markup(name):
 TORCH_FREE_HELP = sorted(name for name in console_scripts() if name != "cll-demo")
 
 
+@pytest.mark.integration
 def test_help_answers_without_importing_torch():
     """Each command's --help in one fresh interpreter (a test process has torch loaded already),
     torch looked for after each: the parsers read the settings' dataclasses, never the components."""

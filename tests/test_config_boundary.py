@@ -16,7 +16,7 @@ from cll_scale.run.recipe import TrainConfig, _coerce, apply_overrides, build_se
 from cll_scale.training.optim import OptimConfig
 from cll_scale.training.rundir import CheckpointConfig
 from tests.conftest import run_cli
-from tests.test_misuse import cli, one_line_error
+from tests.test_misuse import one_line_error
 from tests.test_train import common
 
 
@@ -44,12 +44,11 @@ def test_numbers_that_mean_the_same_are_accepted():
     assert _coerce(ModelConfig, "model", {"residual_layer": None}) == {"residual_layer": None}   # optional stays optional
 
 
-@pytest.mark.slow
-def test_bad_numbers_from_the_command_line_name_the_setting(m30k_centered, tmp_path):
+def test_bad_numbers_from_the_command_line_name_the_setting(m30k_centered, tmp_path, cmd):
     for setting, needle in (("optim.clip_norm=nan", "optim.clip_norm must be a finite number"),
                             ("data.pool_blocks=2.5", "data.pool_blocks must be a whole number"),
                             ("data.temperature=nan", "data.temperature must be a finite number")):
-        res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "run", 2, "--set", setting))
+        res = cmd("cll_scale.train", *common(m30k_centered, tmp_path / "run", 2, "--set", setting))
         one_line_error(res, "cll-train", EXIT_INPUT, needle)
         assert not (tmp_path / "run" / "config.json").exists()
 
@@ -73,7 +72,8 @@ def test_a_recipe_that_is_not_utf8_is_named(tmp_path):
 
 # -- finding 6: decoding limits ------------------------------------------------------------------------
 
-def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny_export, tmp_path, capsys):
+def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny_export, tmp_path, capsys, cmd,
+                                                                           caplog):
     from cll_scale.translate import main
     src = tmp_path / "in.txt"
     src.write_text("Ein Hund läuft über die Wiese.\n")
@@ -82,8 +82,11 @@ def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny
     assert code == 0 and len(out.strip().split()) >= 1, (out, err)      # not an empty line
     code, out, err = run_cli(main, [*base, "--min-len", "1000"], capsys)
     assert code == EXIT_INPUT and "--min-len 1000 exceeds the longest output" in err and out == ""
-    res = cli("cll_scale.translate", *base, "--min-len", "40", "--max-len-a", "0", "--max-len-b", "5")
-    assert res.returncode == 0 and "--min-len 40 exceeds the longest output allowed for some sentences" in res.stderr
+    caplog.set_level("WARNING")        # a warning, logged (that one reaches stderr: tests/test_std_streams.py)
+    res = cmd("cll_scale.translate", *base, "--min-len", "40", "--max-len-a", "0", "--max-len-b", "5")
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert res.returncode == 0 and any("--min-len 40 exceeds the longest output allowed for some sentences" in w
+                                       for w in warned), (warned, res.stderr)
     # a beam wider than the vocabulary is refused before any decoding (found in the third round: it
     # filled the memory in the top-k instead)
     beam = list(base)
@@ -94,8 +97,8 @@ def test_huge_decoding_limits_are_clamped_and_an_impossible_minimum_refused(tiny
 
 # -- finding 8: --resume of nothing ------------------------------------------------------------------
 
-def test_resume_of_a_directory_that_does_not_exist_is_an_error(m30k_centered, tmp_path):
-    res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "typo", 2), "--resume")
+def test_resume_of_a_directory_that_does_not_exist_is_an_error(m30k_centered, tmp_path, cmd):
+    res = cmd("cll_scale.train", *common(m30k_centered, tmp_path / "typo", 2), "--resume")
     line = one_line_error(res, "cll-train", EXIT_FILES, "--resume:", "does not exist")
     assert "drop --resume" in line and not (tmp_path / "typo").exists()
 

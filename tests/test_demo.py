@@ -111,6 +111,7 @@ def test_measured_rates_are_found_by_export_or_by_name_and_otherwise_not_measure
     assert "--results" in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_demo_environment_and_binding(server):
     """The app itself switches gradio's and the hub's outside calls off (checked in a process
     whose environment has none of these variables), and the running server is on loopback with
@@ -192,7 +193,6 @@ def test_why_view_gives_each_tokens_ffn_and_lsl_attribution(server, tiny_export)
         client.predict(text, "de", "fr", "fcll", 1, False, api_name="/why")
 
 
-@pytest.mark.slow
 def test_fifty_concurrent_requests_are_all_answered(server):
     from gradio_client import Client
     client = Client(server[0], verbose=False)
@@ -203,7 +203,7 @@ def test_fifty_concurrent_requests_are_all_answered(server):
         assert r[0].strip() and r[2].strip() and "de→en" in r[1] and "de→en" in r[3], r
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_real_browser_translates_and_stays_local(server, multi30k, tiny_export, measured_report, tmp_path):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"Chromium not installed at {CHROMIUM} (.ci/run installs Debian's chromium)")

@@ -3,7 +3,6 @@ Old ids and old-language tokenisation are kept, the grown model scores the old v
 original did, frozen parameters stay bit-identical, and the CLI reports before/after."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -15,10 +14,7 @@ from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import eval_batches
 from cll_scale.loops.extend import grow_model, old_cll_patterns
 from cll_scale.model.export import load_export
-from tests.conftest import ROOT, built_once, head_corpus
-
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-
+from tests.conftest import ROOT, built_once, head_corpus, train_in_process
 
 @pytest.fixture(scope="module")
 def pretrained(multi30k, tmp_path_factory):
@@ -30,24 +26,20 @@ def pretrained(multi30k, tmp_path_factory):
                              lambda name: name.startswith(("train.", "val.", "test_2016_flickr.")))
         build_shards(read_multiway(corpus, "centered", langs=["en", "de", "fr"]),
                      BuildConfig(out_dir=str(tmp / "shards"), vocab_size=1000, block_rows=64))
-        subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(tmp / "shards"), "--preset", "tiny",
-                        "--run-dir", str(tmp / "pretrain"), "--max-steps", "12", "--ds-config", "cpu_fp32.json",
-                        "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=5"],
-                       cwd=ROOT, env=ENV, check=True, capture_output=True)
+        train_in_process("--data", tmp / "shards", "--preset", "tiny", "--run-dir", tmp / "pretrain", "--max-steps",
+                         "12", "--ds-config", "cpu_fp32.json", "--set", "data.batch_tokens=1024", "--set",
+                         "optim.lr=3e-3", "--set", "optim.warmup_steps=5")
     tmp = built_once(tmp_path_factory, "extend", build)
     return tmp / "corpus", tmp / "shards", tmp / "pretrain" / "export"
 
 
-def cll_extend(corpus, shards, export, out, *extra):
-    return subprocess.run([sys.executable, "-m", "cll_scale.extend", "--model", str(export), "--data", str(shards),
-                           "--lang", "cs", "--corpus", str(corpus), "--pairs", "en-cs,cs-en", "--max-pairs", "200",
-                           "--vocab-size", "600", "--out", str(out), "--max-steps", "8", "--ds-config", "cpu_fp32.json",
-                           "--batch-tokens", "1024", "--eval-splits", "test_2016_flickr", "--eval-max-sentences", "10",
-                           "--eval-beam", "2",
-                           *extra], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+def cll_extend(cmd, corpus, shards, export, out, *extra):
+    return cmd("cll_scale.extend", "--model", export, "--data", shards, "--lang", "cs", "--corpus", corpus, "--pairs",
+               "en-cs,cs-en", "--max-pairs", "200", "--vocab-size", "600", "--out", out, "--max-steps", "8",
+               "--ds-config", "cpu_fp32.json", "--batch-tokens", "1024", "--eval-splits", "test_2016_flickr",
+               "--eval-max-sentences", "10", "--eval-beam", "2", *extra)
 
 
-@pytest.mark.slow
 def test_grown_model_scores_old_vocabulary_as_before(pretrained):
     _, shards, export = pretrained
     model, manifest = load_export(export)
@@ -65,11 +57,10 @@ def test_grown_model_scores_old_vocabulary_as_before(pretrained):
     assert old_cll_patterns(grown.cfg, "cs") == ["lsl.0", "lsl.1"]
 
 
-@pytest.mark.slow
-def test_cll_extend_end_to_end(pretrained, tmp_path):
+def test_cll_extend_end_to_end(pretrained, tmp_path, cmd):
     corpus, shards, export = pretrained
     out = tmp_path / "ext"
-    res = cll_extend(corpus, shards, export, out)
+    res = cll_extend(cmd, corpus, shards, export, out)
     assert res.returncode == 0, res.stderr[-3000:]
     merged = Manifest.load(out / "data")
     merged.verify(out / "data", full=True)
@@ -120,15 +111,15 @@ def test_cll_extend_end_to_end(pretrained, tmp_path):
 
     # Re-running resumes (nothing rebuilt); bad arguments are clear errors.
     mtime = (out / "data" / "manifest.json").stat().st_mtime_ns
-    res = cll_extend(corpus, shards, export, out)
+    res = cll_extend(cmd, corpus, shards, export, out)
     assert res.returncode == 0 and (out / "data" / "manifest.json").stat().st_mtime_ns == mtime
     # ... but not with other data: the recorded settings say what differs (misuse finding 4).
-    res = cll_extend(corpus, shards, export, out, "--pairs", "de-cs,cs-de")
+    res = cll_extend(cmd, corpus, shards, export, out, "--pairs", "de-cs,cs-de")
     assert res.returncode == 2 and "--pairs ['en-cs', 'cs-en'] (now ['de-cs', 'cs-de'])" in res.stderr
     assert (out / "data" / "manifest.json").stat().st_mtime_ns == mtime
-    res = cll_extend(corpus, shards, export, tmp_path / "x", "--lang", "de")
+    res = cll_extend(cmd, corpus, shards, export, tmp_path / "x", "--lang", "de")
     assert res.returncode == 2 and "already has 'de'" in res.stderr
-    res = cll_extend(corpus, shards, export, tmp_path / "y", "--pairs", "de-fr")
+    res = cll_extend(cmd, corpus, shards, export, tmp_path / "y", "--pairs", "de-fr")
     assert res.returncode == 2 and "de-fr" in res.stderr
 
 

@@ -69,6 +69,7 @@ def train_step(model: CLLTransformer, optimizer: GuardedAdamW, batch: Batch) -> 
     return loss.detach()
 
 
+@pytest.mark.integration
 def test_the_gpu_checks_pass_with_fake_cuda(tmp_path):
     """Every ``check_*`` below, run by pytest in a fresh interpreter that has fake CUDA (see the
     module's docstring). With ``-s`` the checks' report (kernel counts) is printed."""

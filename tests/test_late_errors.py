@@ -8,47 +8,44 @@ import pytest
 
 from cll_scale.core.errors import EXIT_INPUT
 from cll_scale.core.outputs import OutputError
-from tests.test_misuse import cli
 from tests.test_train import common, losses
 
 
 # -- finding 11: a damaged checkpoint is set aside, and the rerun works ----------------------------
 
-@pytest.mark.slow
-def test_a_damaged_checkpoint_is_never_used_again(m30k_centered, tmp_path):
+def test_a_damaged_checkpoint_is_never_used_again(m30k_centered, tmp_path, cmd):
     """What only the command shows: the step saved afresh, the export, and a second resume. Every
     kind of damage, and the fall-back itself, are specified in-process (tests/test_checkpointer.py)."""
     run = tmp_path / "run"
     settings = ("--set", "checkpoint.every=10", "--set", "checkpoint.keep_last=3", "--set", "valid.every=15")
-    assert cli("cll_scale.train", *common(m30k_centered, run, 30, *settings)).returncode == 0
+    assert cmd("cll_scale.train", *common(m30k_centered, run, 30, *settings)).returncode == 0
     model = next((run / "checkpoints" / "step00000030").glob("*model_states.pt"))
     model.write_bytes(model.read_bytes()[:100])
-    res = cli("cll_scale.train", *common(m30k_centered, run, 30, *settings), "--resume")
+    res = cmd("cll_scale.train", *common(m30k_centered, run, 30, *settings), "--resume")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resuming from step00000020" in res.stderr and "moved the damaged step00000030 aside" in res.stderr
     assert (run / "checkpoints" / "damaged-step00000030").is_dir()
     assert (run / "checkpoints" / "latest").read_text() == "step00000030"        # written afresh
     assert (run / "export" / "export.json").is_file() and max(losses(run)) == 30
-    again = cli("cll_scale.train", *common(m30k_centered, run, 32, *settings), "--resume")
+    again = cmd("cll_scale.train", *common(m30k_centered, run, 32, *settings), "--resume")
     assert again.returncode == 0 and "resumed from" in again.stderr and "step00000030" in again.stderr, \
         again.stderr[-3000:]
 
 
 # -- findings 16, 17: checked before any work, by the user's flag -----------------------------------
 
-@pytest.mark.slow
-def test_fine_tuning_arguments_are_checked_before_any_work(tiny_export, m30k_centered, multi30k, tmp_path):
+def test_fine_tuning_arguments_are_checked_before_any_work(tiny_export, m30k_centered, multi30k, tmp_path, cmd):
     out = tmp_path / "bt"
     base = ["cll_scale.backtranslate", "--model", tiny_export, "--data", m30k_centered, "--out", out]
     for extra, needle in ((["--eval-splits", "nosuch"], "--eval-splits nosuch: "),
                           (["--max-tokens", "5"], "--batch-tokens 5 cannot hold the longest pair"),
                           (["--lr", "inf"], "--lr: inf: expected a finite number")):
-        res = cli(*base, *extra, timeout=120)
+        res = cmd(*base, *extra)
         assert res.returncode == EXIT_INPUT and needle in res.stderr, res.stderr[-2000:]
         assert "optim.lr" not in res.stderr and "Traceback" not in res.stderr
         assert not out.exists()                             # nothing generated, nothing recorded
     ext = tmp_path / "ext"
-    res = cli("cll_scale.extend", "--model", tiny_export, "--data", m30k_centered, "--corpus", multi30k,
+    res = cmd("cll_scale.extend", "--model", tiny_export, "--data", m30k_centered, "--corpus", multi30k,
               "--lang", "it", "--pairs", "en-it", "--out", ext, "--seed", "-1")
     assert res.returncode == EXIT_INPUT and "--seed: -1 is negative" in res.stderr and "Traceback" not in res.stderr
 

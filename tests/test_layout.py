@@ -192,6 +192,7 @@ def loaded_by(layer: str) -> set[str]:
     return set(json.loads(out.stdout.splitlines()[-1]))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("layer", [name for name in NAMES if name != "cll_scale"])
 def test_importing_a_layer_loads_nothing_above_it(layer):
     """The static test sees imports; this one sees what they pull in at run time, through every

@@ -16,11 +16,6 @@ from tests.test_train import ENV, common, losses
 PY = sys.executable
 
 
-def cli(module, *argv, env=None, timeout=600, stdin=None):
-    return subprocess.run([PY, "-m", module, *map(str, argv)], cwd=ROOT, env=env or ENV, capture_output=True,
-                          text=True, timeout=timeout, stdin=stdin)
-
-
 def one_line_error(res, prog, code, *needles):
     assert res.returncode == code, (res.returncode, res.stderr[-3000:])
     assert "Traceback" not in res.stderr, res.stderr[-3000:]
@@ -32,8 +27,8 @@ def one_line_error(res, prog, code, *needles):
 
 # -- finding 2: one run owns its directory ------------------------------------------------------
 
-@pytest.mark.slow
-def test_second_run_into_the_same_directory_is_refused_and_a_killed_one_resumes(m30k_centered, tmp_path):
+@pytest.mark.integration
+def test_second_run_into_the_same_directory_is_refused_and_a_killed_one_resumes(m30k_centered, tmp_path, cmd):
     run = tmp_path / "run"
     first = subprocess.Popen([PY, "-m", "cll_scale.train", *common(m30k_centered, run, 100000)], cwd=ROOT, env=ENV,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -41,42 +36,40 @@ def test_second_run_into_the_same_directory_is_refused_and_a_killed_one_resumes(
         deadline = time.time() + 300
         while time.time() < deadline and not ((run / "metrics.jsonl").exists() and losses(run)):
             time.sleep(0.2)
-        second = cli("cll_scale.train", *common(m30k_centered, run, 5), "--resume")
+        second = cmd("cll_scale.train", *common(m30k_centered, run, 5), "--resume")
         line = one_line_error(second, "cll-train", EXIT_INPUT, "in use by", f"pid {first.pid}", "since")
         assert "host" in line
     finally:
         first.kill()          # kill -9: the kernel drops the lock with the process
         first.wait()
     steps = max(losses(run))
-    res = cli("cll_scale.train", *common(m30k_centered, run, steps + 2, "--set", "checkpoint.every=1"), "--resume")
+    res = cmd("cll_scale.train", *common(m30k_centered, run, steps + 2, "--set", "checkpoint.every=1"), "--resume")
     assert res.returncode == 0, res.stderr[-3000:]
 
 
 # -- finding 3 and 11: --resume never starts over in silence ----------------------------------------
 
-@pytest.mark.slow
-def test_resume_with_no_complete_checkpoint_is_one_clear_error(m30k_centered, tmp_path):
+def test_resume_with_no_complete_checkpoint_is_one_clear_error(m30k_centered, tmp_path, cmd):
     """The fall-back to the newest complete checkpoint is specified in-process
     (tests/test_checkpointer.py); what the command adds is one line, naming each tag and what is
     wrong with it, when nothing is left to resume from."""
     run = tmp_path / "run"
     args = common(m30k_centered, run, 10, "--set", "checkpoint.every=5", "--set", "checkpoint.export=false")
-    assert cli("cll_scale.train", *args).returncode == 0
+    assert cmd("cll_scale.train", *args).returncode == 0
     for f in (run / "checkpoints").glob("step*/*model_states.pt"):
         f.write_bytes(b"")
-    res = cli("cll_scale.train", *common(m30k_centered, run, 12), "--resume")
+    res = cmd("cll_scale.train", *common(m30k_centered, run, 12), "--resume")
     one_line_error(res, "cll-train", EXIT_INPUT, "no complete checkpoint", "step00000010:", "step00000005:")
 
 
-@pytest.mark.slow
-def test_resume_with_other_model_settings_is_refused_before_loading(m30k_centered, tmp_path):
+def test_resume_with_other_model_settings_is_refused_before_loading(m30k_centered, tmp_path, cmd):
     run = tmp_path / "run"
-    assert cli("cll_scale.train", *common(m30k_centered, run, 3, "--set", "checkpoint.export=false")).returncode == 0
+    assert cmd("cll_scale.train", *common(m30k_centered, run, 3, "--set", "checkpoint.export=false")).returncode == 0
     args = common(m30k_centered, run, 6, "--set", "checkpoint.export=false")
     args[args.index("tiny")] = "small"
-    res = cli("cll_scale.train", *args, "--resume")
+    res = cmd("cll_scale.train", *args, "--resume")
     one_line_error(res, "cll-train", EXIT_INPUT, "--resume:", "model.d_model=32 (now 256)")
-    res = cli("cll_scale.train", *common(m30k_centered, run, 6, "--set", "model.lsl_dim=8"), "--resume")
+    res = cmd("cll_scale.train", *common(m30k_centered, run, 6, "--set", "model.lsl_dim=8"), "--resume")
     one_line_error(res, "cll-train", EXIT_INPUT, "model.lsl_dim=16 (now 8)")
 
 
@@ -129,7 +122,6 @@ def test_eval_counts_are_validated_and_an_empty_selection_is_an_error(tiny_expor
     assert code == EXIT_INPUT and "no split 'tset'" in err and "test_2016_flickr" in err and "--condition" not in err
 
 
-@pytest.mark.slow
 def test_eval_lists_skipped_directions_and_averages_only_shared_ones(tiny_export, triangle_export, multi30k,
                                                                       tmp_path, capsys):
     from cll_scale.evaluate import main
@@ -149,22 +141,21 @@ def test_eval_lists_skipped_directions_and_averages_only_shared_ones(tiny_export
 
 # -- finding 8, 13: settings checked at the config boundary --------------------------------------------
 
-@pytest.mark.slow
-def test_impossible_settings_and_bad_recipes_are_one_line_errors(m30k_centered, tiny_export, tmp_path, capsys):
-    res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "a", 2, "--set", "model.dropout=1.5"))
+def test_impossible_settings_and_bad_recipes_are_one_line_errors(m30k_centered, tiny_export, tmp_path, capsys, cmd):
+    res = cmd("cll_scale.train", *common(m30k_centered, tmp_path / "a", 2, "--set", "model.dropout=1.5"))
     one_line_error(res, "cll-train", EXIT_INPUT, "model.dropout must be in [0, 1), not 1.5")
-    res = cli("cll_scale.train", *common(m30k_centered, tmp_path / "a", 2, "--set", "train.lrr=1"))
+    res = cmd("cll_scale.train", *common(m30k_centered, tmp_path / "a", 2, "--set", "train.lrr=1"))
     one_line_error(res, "cll-train", EXIT_INPUT, "unknown setting train.lrr; did you mean optim.lr?")
     bad = tmp_path / "bad.yaml"
     bad.write_text("preset: tiny\nmodel:\n  dropout: [0.1\n")
-    res = cli("cll_scale.train", "--recipe", bad, "--data", m30k_centered, "--max-steps", 1)
+    res = cmd("cll_scale.train", "--recipe", bad, "--data", m30k_centered, "--max-steps", 1)
     one_line_error(res, "cll-train", EXIT_INPUT, f"{bad}: line", "not valid YAML")
     bad.write_text("train: 5\n")
-    res = cli("cll_scale.train", "--recipe", bad, "--data", m30k_centered, "--max-steps", 1)
+    res = cmd("cll_scale.train", "--recipe", bad, "--data", m30k_centered, "--max-steps", 1)
     one_line_error(res, "cll-train", EXIT_INPUT, "section 'train' must be a mapping")
     afile = tmp_path / "afile"
     afile.write_text("")
-    res = cli("cll_scale.train", *common(m30k_centered, afile / "run", 2))
+    res = cmd("cll_scale.train", *common(m30k_centered, afile / "run", 2))
     one_line_error(res, "cll-train", EXIT_FILES, "Not a directory")
     from cll_scale.translate import main
     src = tmp_path / "in.txt"
@@ -198,27 +189,25 @@ def test_demo_batch_refuses_references_of_another_length(tiny_export, tmp_path):
 
 # -- finding 10, 16: cll-repro -----------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_repro_writes_outside_the_checkout_and_checks_its_arguments_first(multi30k, tmp_path):
+def test_repro_writes_outside_the_checkout_and_checks_its_arguments_first(multi30k, tmp_path, cmd, monkeypatch):
     repro = ["cll_scale.repro", "--condition", "triangle", "--multi30k", multi30k]
     from cll_scale.repro.cli import build_parser
     defaults = build_parser().parse_args(["--condition", "triangle"])
     assert all(str(getattr(defaults, k)).startswith("runs/repro") for k in ("out", "runs_root", "shards_root"))
-    res = subprocess.run([PY, "-m", *repro, "--variants", "bogus"], cwd=tmp_path, env=ENV, capture_output=True,
-                         text=True, timeout=300)
+    monkeypatch.chdir(tmp_path)                                  # the defaults are relative to it
+    res = cmd(*repro, "--variants", "bogus")
     one_line_error(res, "cll-repro", EXIT_INPUT, "multi30k_triangle_bogus.yaml", "baseline")
     assert not (tmp_path / "runs").exists()                      # nothing built before the check
-    res = subprocess.run([PY, "-m", *repro, "--eval-only"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                         timeout=300)
+    res = cmd(*repro, "--eval-only")
     one_line_error(res, "cll-repro", EXIT_INPUT, "--eval-only: no trained model")
-    res = cli(*repro, "--steps-per-model", "-5")
+    res = cmd(*repro, "--steps-per-model", "-5")
     assert res.returncode == EXIT_INPUT and "-5 is negative" in res.stderr and "KeyError" not in res.stderr
 
 
 # -- finding 12: Ctrl-C --------------------------------------------------------------------------
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_ctrl_c_checkpoints_and_exits_130_in_one_line(m30k_centered, tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen([PY, "-m", "cll_scale.train", *common(m30k_centered, run, 100000,
@@ -254,24 +243,23 @@ def test_translate_output_and_device_mistakes_are_one_line(tiny_export, tmp_path
 
 # -- finding 17, 18, 20: fine-tuning commands name their own options, and write nothing on a refusal ----
 
-@pytest.mark.slow
 def test_fine_tuning_refusals_name_real_options_and_leave_nothing(tiny_export, m30k_centered, triangle_export,
-                                                                  multi30k, tmp_path):
+                                                                  multi30k, tmp_path, cmd):
     ext = ["cll_scale.extend", "--model", tiny_export, "--data", m30k_centered, "--corpus", multi30k,
            "--pairs", "en-xx,xx-en"]
     for extra, needle in ((["--lang", "xx"], "--lang 'xx' is not an ISO 639-1 language code"),
                           (["--lang", "it", "--max-steps", "0"], "--max-steps must be >= 1"),
                           (["--lang", "it", "--max-pairs", "0"], "--max-pairs must be >= 1")):
         out = tmp_path / "ext"
-        line = one_line_error(cli(*ext, "--out", out, *extra), "cll-extend", EXIT_INPUT, needle)
+        line = one_line_error(cmd(*ext, "--out", out, *extra), "cll-extend", EXIT_INPUT, needle)
         assert "--langs" not in line and "--allow-lang" not in line and "max-minutes" not in line
         assert not out.exists()
     _, tri_shards = triangle_export
     out = tmp_path / "bt"
-    res = cli("cll_scale.backtranslate", "--model", tiny_export, "--data", tri_shards, "--out", out)
+    res = cmd("cll_scale.backtranslate", "--model", tiny_export, "--data", tri_shards, "--out", out)
     one_line_error(res, "cll-bt", EXIT_INPUT, "was not trained on --data")
     assert not out.exists()                                     # no empty parts/ left behind
-    res = cli("cll_scale.backtranslate", "--model", tiny_export, "--data", m30k_centered, "--out", out,
+    res = cmd("cll_scale.backtranslate", "--model", tiny_export, "--data", m30k_centered, "--out", out,
               "--max-rows", "-1")
     one_line_error(res, "cll-bt", EXIT_INPUT, "--max-rows must be >= 0")
     assert not out.exists()
@@ -279,8 +267,7 @@ def test_fine_tuning_refusals_name_real_options_and_leave_nothing(tiny_export, m
 
 # -- finding 19: a corpus with no validation split ------------------------------------------------------
 
-@pytest.mark.slow
-def test_no_validation_split_is_said_once_at_start(small_multiway, tmp_path):
+def test_no_validation_split_is_said_once_at_start(small_multiway, tmp_path, cmd):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for f in small_multiway.glob("train.*"):
@@ -289,7 +276,7 @@ def test_no_validation_split_is_said_once_at_start(small_multiway, tmp_path):
     from cll_scale.data.corpora import read_multiway
     shards = tmp_path / "shards"
     build_shards(read_multiway(corpus, "centered"), BuildConfig(out_dir=str(shards), vocab_size=800))
-    res = cli("cll_scale.train", *common(shards, tmp_path / "run", 3, "--set", "valid.every=1"))
+    res = cmd("cll_scale.train", *common(shards, tmp_path / "run", 3, "--set", "valid.every=1"))
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stderr.count("no validation split: no validation, and no export-best/") == 1
     assert (tmp_path / "run" / "export").is_dir() and not (tmp_path / "run" / "export-best").exists()
@@ -297,18 +284,21 @@ def test_no_validation_split_is_said_once_at_start(small_multiway, tmp_path):
 
 # -- finding 22: raw bytes never reach the terminal -------------------------------------------------------
 
-def test_truncation_warning_escapes_control_characters(tiny_export, tmp_path):
+def test_truncation_warning_escapes_control_characters(tiny_export, tmp_path, cmd, caplog):
+    """The warning's text (in process the suite's log capture holds it; that a warning goes to
+    stderr as one line is tests/test_std_streams.py's)."""
     src = tmp_path / "in.txt"
     src.write_text("\x1b[31mrot " + "Hund " * 2000 + "\n", encoding="utf-8")
-    res = cli("cll_scale.translate", "--model", tiny_export, "--tgt-lang", "fr", "--input", src, "--max-len-b", "3",
+    caplog.set_level("WARNING")
+    res = cmd("cll_scale.translate", "--model", tiny_export, "--tgt-lang", "fr", "--input", src, "--max-len-b", "3",
               "--beam", "1")
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "truncated" in res.stderr and "\\x1b[31m" in res.stderr and "\x1b" not in res.stderr
+    warned = "\n".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "truncated" in warned and "\\x1b[31m" in warned and "\x1b" not in warned + res.stderr
 
 
-@pytest.mark.slow
-def test_every_command_takes_debug_for_the_traceback(tmp_path):
-    res = cli("cll_scale.evaluate", "--model", f"x={tmp_path}", "--data", tmp_path, "--out", tmp_path / "r")
+def test_every_command_takes_debug_for_the_traceback(tmp_path, cmd):
+    res = cmd("cll_scale.evaluate", "--model", f"x={tmp_path}", "--data", tmp_path, "--out", tmp_path / "r")
     one_line_error(res, "cll-eval", EXIT_INPUT)
-    res = cli("cll_scale.evaluate", "--model", f"x={tmp_path}", "--data", tmp_path, "--out", tmp_path / "r", "--debug")
+    res = cmd("cll_scale.evaluate", "--model", f"x={tmp_path}", "--data", tmp_path, "--out", tmp_path / "r", "--debug")
     assert res.returncode == EXIT_INPUT and "Traceback" in res.stderr and "cll-eval: error:" in res.stderr

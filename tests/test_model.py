@@ -205,6 +205,7 @@ def test_the_projected_loss_without_grad_computes_no_gradient_and_says_so():
     assert not loss.requires_grad
 
 
+@pytest.mark.integration
 def test_model_module_imports_no_deepspeed():
     import subprocess
     import sys
@@ -279,7 +280,6 @@ def test_paper_preset_follows_the_authors_fairseq_model():
         ModelConfig(init="kaiming")
 
 
-@pytest.mark.slow
 def test_compiled_blocks_trace_once_for_every_batch_shape_and_language():
     """compile_blocks: one graph per compiled block kind (encoder layer, self- and cross-attention,
     FFN, LSL) and one for the loss, whatever the batch shape or target language; forward and

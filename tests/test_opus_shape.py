@@ -2,29 +2,24 @@
 its figures consistent with the manifest, nothing written to the run directory) and validation on
 the first N sentences of each direction (`valid.max_sentences`, OPUS-100: 200 of 2,000)."""
 import json
-import os
-import subprocess
-import sys
+import tempfile
 
 import pytest
 import torch
 
 from tests.conftest import ROOT
 
-ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
 
-
-@pytest.mark.slow
-def test_dry_run_prints_consistent_figures_and_leaves_the_run_dir_alone(m30k_centered, tmp_path):
+def test_dry_run_prints_consistent_figures_and_leaves_the_run_dir_alone(m30k_centered, tmp_path, cmd,
+                                                                          monkeypatch):
     from cll_scale.model.config import ModelConfig, PRESETS
     from cll_scale.data.manifest import Manifest
     from cll_scale.model.model import CLLTransformer
     run, tmp = tmp_path / "run", tmp_path / "tmp"
     tmp.mkdir()
-    res = subprocess.run([sys.executable, "-m", "cll_scale.train", "--data", str(m30k_centered), "--preset", "tiny",
-                          "--run-dir", str(run), "--max-steps", "100", "--ds-config", "cpu_fp32.json",
-                          "--set", "data.batch_tokens=1024", "--dry-run", "--dry-run-steps", "3"],
-                         cwd=ROOT, env=dict(ENV, TMPDIR=str(tmp)), capture_output=True, text=True, timeout=300)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))     # TMPDIR, as the command reads it
+    res = cmd("cll_scale.train", "--data", m30k_centered, "--preset", "tiny", "--run-dir", run, "--max-steps", "100",
+              "--ds-config", "cpu_fp32.json", "--set", "data.batch_tokens=1024", "--dry-run", "--dry-run-steps", "3")
     assert res.returncode == 0, res.stderr[-3000:]
     r = json.loads(res.stdout.strip().splitlines()[-1])["dry_run"]
     m = Manifest.load(m30k_centered)

@@ -20,6 +20,7 @@ write_export(sys.argv[2], model.state_dict(), model.cfg, src, {"step": 12345})
 """
 
 
+@pytest.mark.integration
 def test_a_process_killed_at_the_export_swap_leaves_a_loadable_export(tiny_export, tmp_path):
     out = tmp_path / "export"
     shutil.copytree(tiny_export, out)

@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 WHEEL_SOURCES = ("setup.py", "pyproject.toml", "README.md", "cll_scale", "data_tools", "demo", "ds_configs", "recipes")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_wheel_installed_in_a_fresh_venv_trains_from_outside_the_checkout(m30k_centered, tmp_path):
     src = tmp_path / "src"            # the sources a wheel is built from, outside the checkout
     src.mkdir()

@@ -35,7 +35,6 @@ def test_the_bf16_probe_cache_is_kept_apart_for_capped_instruction_sets(tmp_path
     assert len(list((tmp_path / "cll-scale").glob("cpu-bf16-*.json"))) == 2
 
 
-@pytest.mark.slow
 def test_named_ds_configs_resolve_and_say_their_precision():
     assert resolve_ds_config("cpu_bf16.json") == (DS_CONFIGS / "cpu_bf16.json", "named by the recipe")
     assert precision(json.loads((DS_CONFIGS / "cpu_bf16.json").read_text())) == "bf16"

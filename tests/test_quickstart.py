@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 from tests.test_train import ENV
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_quickstart_script_ends_with_its_summary(multi30k, tmp_path):
     env = {**ENV, "MULTI30K": str(multi30k), "QUICKSTART_SHARDS": str(tmp_path / "shards"),
            "QUICKSTART_RUNS": str(tmp_path / "qs"), "QUICKSTART_STEPS": "3", "QUICKSTART_SENTENCES": "4",
@@ -78,6 +78,7 @@ def test_the_summary_names_the_targets_a_run_misses(baseline_bleu, fcll_k, misse
                                          ("QUICKSTART_STEPS", "-1"), ("QUICKSTART_STEPS", "1e3"),
                                          ("QUICKSTART_MINUTES", "0"), ("QUICKSTART_SENTENCES", "-3"),
                                          ("QUICKSTART_PRECISION", "fp16")])
+@pytest.mark.integration
 def test_a_quickstart_variable_is_checked_before_stage_1(tmp_path, name, value):
     """Issue 66: QUICKSTART_STEPS=0 trained a model for 90 minutes (no step budget: cll-repro's
     time budget); abc, -1 and 1e3 gave cll-repro's usage after stage 1, naming no variable."""
@@ -119,6 +120,7 @@ def test_the_centered_summary_advises_its_own_demo_and_budget(tmp_path, capsys):
     assert qs.demo_command("triangle", ROOT / "runs" / "quickstart" / "runs") == "make demo"
 
 
+@pytest.mark.integration
 def test_make_demo_serves_the_quickstart_runs_asked_and_says_what_to_run_first(tmp_path):
     """Issue 66: `make demo` ignored QUICKSTART_RUNS, and with no quickstart run it said "not a
     cll-scale export" without naming `make quickstart` (`-o env`: the set-up is not run again)."""

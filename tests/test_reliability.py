@@ -24,17 +24,15 @@ def last_losses(run_dir) -> dict[int, float]:
     return out
 
 
-@pytest.mark.slow
-def test_non_finite_loss_is_skipped_and_weights_stay_finite(m30k_centered, tmp_path):
+def test_non_finite_loss_is_skipped_and_weights_stay_finite(m30k_centered, tmp_path, monkeypatch):
     """A non-finite loss at step 3: the step is skipped on the device (no host sync), so the weights
     after it are bit-identical to those before it; the log says so and training goes on."""
+    from cll_scale.core import faults
     from tests.test_train_step import checkpoint_weights, same
     run = tmp_path / "nan"
-    env = dict(ENV, CLL_FAULT="nan@3")
-    res = subprocess.run([sys.executable, "-m", "cll_scale.train",
-                          *common(m30k_centered, run, 6, "--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=10")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
+    monkeypatch.setenv("CLL_FAULT", "nan@3")
+    monkeypatch.setattr(faults, "_fired", set())          # a step's fault fires once per process
+    res = cll_train(*common(m30k_centered, run, 6, "--set", "checkpoint.every=1", "--set", "checkpoint.keep_last=10"))
     assert "step 3: non-finite loss or gradients" in res.stderr and "skipped on every rank" in res.stderr
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in x]
     assert [r["step"] for r in rows] == list(range(1, 7)) and [r["skipped"] for r in rows] == [0, 0, 1, 0, 0, 0]
@@ -47,7 +45,6 @@ def test_non_finite_loss_is_skipped_and_weights_stay_finite(m30k_centered, tmp_p
     assert all(torch.isfinite(w).all() for w in weights.values())
 
 
-@pytest.mark.slow
 def test_damaged_shard_stops_training_and_names_the_file(m30k_centered, tmp_path):
     import shutil
     shards = tmp_path / "shards"
@@ -71,7 +68,7 @@ def test_damaged_shard_stops_training_and_names_the_file(m30k_centered, tmp_path
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_damaged_shard_hashed_by_the_second_rank_stops_the_whole_launch(m30k_centered, tmp_path):
     """The two processes of a node share the hashing (shard k goes to local rank k % 2): a damage in
     a shard only rank 1 hashes must still stop both before the engine is built."""
@@ -93,7 +90,7 @@ def test_damaged_shard_hashed_by_the_second_rank_stops_the_whole_launch(m30k_cen
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_kill_9_between_checkpoints_then_exact_resume(m30k_centered, tmp_path):
     """Two ranks, fp32, SIGKILL to the whole launch between checkpoints; the relaunch with
     --resume reproduces the uninterrupted run's losses, data stream included."""
@@ -127,8 +124,7 @@ HOSTILE = ["", "   \t ", "x" * 10_000, "Ein Hund 🐕🎉 läuft 👍🏽", "con
            "Zwei Männer\r\n", "\ufeffBOM"]
 
 
-@pytest.mark.slow
-def test_hostile_text_into_translator_and_cli(tiny_export):
+def test_hostile_text_into_translator_and_cli(tiny_export, cmd):
     from cll_scale.evaluation.translator import Translator
     tr = Translator.load(tiny_export)
     out = tr.translate(HOSTILE, "de")
@@ -138,13 +134,11 @@ def test_hostile_text_into_translator_and_cli(tiny_export):
     tag_id = tr.manifest.tokenizer.lang_tag_ids["fr"]
     assert tag_id not in tr.sp.encode(HOSTILE[7])
     lines = "\n".join(h.replace("\n", " ").replace("\r", " ") for h in HOSTILE) + "\n"
-    res = subprocess.run([sys.executable, "-m", "cll_scale.translate", "--model", str(tiny_export),
-                          "--tgt-lang", "en", "--beam", "1"], input=lines.encode("utf-8", "surrogatepass"),
-                         capture_output=True, cwd=ROOT, timeout=300)
+    res = cmd("cll_scale.translate", "--model", tiny_export, "--tgt-lang", "en", "--beam", "1",
+              stdin=lines.encode("utf-8", "surrogatepass"))
     assert res.returncode == 0, res.stderr
-    assert len(res.stdout.decode("utf-8").split("\n")) == len(lines.split("\n"))
-    bad = subprocess.run([sys.executable, "-m", "cll_scale.translate", "--model", str(tiny_export), "--tgt-lang",
-                          "en"], input=b"caf\xe9 latin-1\n", capture_output=True, cwd=ROOT, timeout=300)
+    assert len(res.stdout.split("\n")) == len(lines.split("\n"))
+    bad = cmd("cll_scale.translate", "--model", tiny_export, "--tgt-lang", "en", stdin=b"caf\xe9 latin-1\n")
     assert bad.returncode == 0 and len(bad.stdout.splitlines()) == 1
 
 
@@ -159,6 +153,7 @@ def _file_size_limit(limit_bytes):
     return apply
 
 
+@pytest.mark.integration
 def test_full_disk_during_shard_build_keeps_the_old_output(small_multiway, tmp_path):
     out = tmp_path / "shards"
     cmd = [sys.executable, "-m", "data_tools", "build", "--input", str(small_multiway), "--out", str(out),
@@ -172,6 +167,7 @@ def test_full_disk_during_shard_build_keeps_the_old_output(small_multiway, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shards", "small"]       # no temp dir left
 
 
+@pytest.mark.integration
 def test_a_full_disk_at_start_names_the_file_it_could_not_write(m30k_centered, tmp_path):
     """Issue 66: a run that could not write its first file said "[Errno 27] File too large" (on a
     real disk, "No space left on device") and nothing of where; a failed write now names its file."""
@@ -182,7 +178,7 @@ def test_a_full_disk_at_start_names_the_file_it_could_not_write(m30k_centered, t
     assert f"cll-train: error: {run / 'config.json'}: File too large" in res.stderr, res.stderr[-2000:]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, tmp_path):
     run = tmp_path / "run"
     cll_train(*common(m30k_centered, run, 4, "--set", "checkpoint.export=false"))
@@ -198,7 +194,7 @@ def test_full_disk_during_checkpoint_save_keeps_the_previous_one(m30k_centered, 
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_sigterm_checkpoints_the_current_step_then_exact_resume(m30k_centered, tmp_path):
     """SIGTERM to every process of a 2-rank `deepspeed` launch, as SLURM sends at a job's time limit
     or on preemption: both ranks stop at the same step with a checkpoint of that step, although

@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 from tests.test_train import ENV
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     # A step budget, so that what each model reaches does not depend on how busy the machine is:
     # the test runs beside others
@@ -174,7 +174,7 @@ def test_extension_summary_keeps_old_and_new_directions_apart():
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_path):
     """A job scheduler stops cll-repro with SIGTERM: the trainings it runs get it too, save their
     step and end, instead of training on alone with their run directories locked."""
@@ -383,7 +383,7 @@ def test_a_study_trains_in_one_precision_unless_told(tmp_path, capsys):
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("overlap", [True, False], ids=["gpu-overlap", "cpu-waits"])
 def test_each_training_is_settled_as_it_ends_while_the_others_go_on(tmp_path, overlap):
     """train_all calls done(name) as each training ends well (cll-repro evaluates and records the
@@ -600,7 +600,7 @@ def test_cll_layer_sets_follow_paper_fig4_and_keep_the_variants_encoder():
         layer_sweep("baseline", ROOT / "recipes" / "multi30k_triangle_baseline.yaml", [], "sweep")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k, tmp_path):
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "fcll",
             "--cll-layers", "sweep", "--steps-per-model", "4", "--multi30k", str(multi30k),
@@ -625,7 +625,6 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
     assert (tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr_cll_layers.png").stat().st_size > 1000
 
 
-@pytest.mark.slow
 def test_committed_reports_are_rewritten_byte_identically_from_their_records(tmp_path):
     """Every cll-repro report under docs/results that keeps records comes out of today's cll-repro
     byte for byte (markdown and per-split JSON) from its records and cached evaluations alone,
@@ -805,6 +804,7 @@ def test_progress_after_a_resume_measures_from_the_rows_the_resumed_training_wri
     assert same_step.left("fcll", 875, 4750.0) == (2100 - 875) * 97.0 / 25
 
 
+@pytest.mark.integration
 def test_progress_tells_a_finished_training_from_a_stopped_or_failed_one(tmp_path, capsys):
     """Issue 66: cll-repro printed "baseline: step 0/2, trained" before "training baseline failed
     (exit 2)", and after a SIGTERM "step 450/1,250, trained", then "failed (exit 143); its message

@@ -20,7 +20,7 @@ def closed(fd: str, *argv):
     return subprocess.run(["bash", "-c", shell], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_closed_stdin_or_stdout_is_a_one_line_error(tiny_export, tmp_path):
     res = closed("<", "cll_scale.translate", "--model", tiny_export, "--tgt-lang", "fr")
     one_line_error(res, "cll-translate", EXIT_INPUT, "standard input is closed", "--input FILE")
@@ -30,8 +30,39 @@ def test_closed_stdin_or_stdout_is_a_one_line_error(tiny_export, tmp_path):
     one_line_error(res, "cll-translate", EXIT_INPUT, "standard output is closed", "--output FILE")
 
 
+@pytest.mark.integration
+def test_output_that_is_the_file_on_standard_input_is_refused_before_reading(tiny_export, tmp_path):
+    """``cll-translate < in.txt --output in.txt``: the shell's redirection, which only a process of
+    its own has (the other names of the input are refused in process, tests/test_output_owners.py)."""
+    src = tmp_path / "in.txt"
+    src.write_text("Ein Hund läuft.\n")
+    hard = tmp_path / "hard.txt"
+    os.link(src, hard)
+    with open(src, "rb") as stdin:
+        res = subprocess.run([sys.executable, "-m", "cll_scale.translate", "--model", str(tiny_export), "--tgt-lang",
+                              "fr", "--output", str(hard)], stdin=stdin, cwd=ROOT, env=ENV, capture_output=True,
+                             text=True, timeout=300)
+    one_line_error(res, "cll-translate", EXIT_INPUT, "is the file on standard input")
+    assert src.read_text() == "Ein Hund läuft.\n"
+
+
+@pytest.mark.integration
+def test_a_warning_reaches_stderr_as_one_line_of_the_command(tiny_export):
+    """cll-translate's own logging set-up, which only a process of its own shows (in the suite's
+    process the log capture holds the records): the warning is one line on stderr, named by the
+    command, and stdout keeps only the translation."""
+    long = " ".join(["Hund"] * 600)
+    res = subprocess.run([sys.executable, "-m", "cll_scale.translate", "--model", str(tiny_export), "--tgt-lang", "en",
+                          "--beam", "1", "--max-len-a", "0", "--max-len-b", "5"], input=long + "\n", cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    warning = [x for x in res.stderr.splitlines() if "truncated" in x]
+    assert len(warning) == 1 and warning[0].startswith("cll-translate: WARNING: input of "), res.stderr[-3000:]
+    assert len(res.stdout.splitlines()) == 1
+
+
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_ctrl_c_during_evaluation_prints_one_line(tiny_export, m30k_centered, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "cll_scale.evaluate", "--model", f"m={tiny_export}",
                              "--data", str(m30k_centered), "--split", "test_2016_flickr", "--out", str(tmp_path / "eval"),

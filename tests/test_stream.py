@@ -183,7 +183,7 @@ def resume_in_new_processes(shards, state, mixing):
     return saved
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_exact_resume_of_mixed_batches_in_a_new_process(m30k_centered, tmp_path):
     saved = resume_in_new_processes(m30k_centered, tmp_path / "state.json", "mixed")
     assert saved["version"] == 2 and saved["mix"][0] > 2 and saved["mix"][1] > 0     # resumed mid-pool
@@ -197,7 +197,7 @@ def test_exact_resume_of_mixed_batches_in_a_new_process(m30k_centered, tmp_path)
         ShardStream(m30k_centered, StreamConfig(seed=3, mix_rows=1000), 1, 2).load_state_dict(saved)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_exact_resume_in_a_new_process(m30k_centered, tmp_path):
     saved = resume_in_new_processes(m30k_centered, tmp_path / "state.json", "direction")
     # A state from another world size is refused unless asked for the approximate resume.

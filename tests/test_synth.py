@@ -59,7 +59,6 @@ def test_eval_sets_keep_their_real_size_unless_scale_eval():
     assert scaled["de-en"] == {"train": 1000, "dev": 2, "test": 2} and scaled["ar-de"] == {"test": 2}
 
 
-@pytest.mark.slow
 def test_layout_is_the_opus100_tarballs(full_tiny):
     assert detect_format(str(full_tiny)) == "opus100"
     if OPUS_SAMPLE.is_dir():        # every file of the real sample has its synthetic counterpart

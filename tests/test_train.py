@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cll_scale.training.collectives import free_port
-from tests.conftest import ROOT, built_once
+from tests.conftest import ROOT, built_once, command
 
 DEEPSPEED = str(Path(sys.executable).with_name("deepspeed"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -27,8 +27,8 @@ def common(shards, run_dir, steps, *extra):
 
 
 def cll_train(*argv, check=True):
-    res = subprocess.run([sys.executable, "-m", "cll_scale.train", *map(str, argv)], cwd=ROOT, env=ENV,
-                         capture_output=True, text=True, timeout=600)
+    """cll-train in this process (a launch of its own is the integration tests')."""
+    res = command("cll_scale.train", *argv)
     if check and res.returncode:
         raise AssertionError(f"cll-train failed ({res.returncode}):\n{res.stderr[-4000:]}")
     return res
@@ -64,7 +64,6 @@ def full_run(m30k_centered, tmp_path_factory) -> Path:
     return built_once(tmp_path_factory, "train-full", train)
 
 
-@pytest.mark.slow
 def test_a_fresh_start_drops_earlier_records_and_the_run_describes_itself(full_run, m30k_centered):
     assert train_steps(full_run) == list(range(1, 41)), "an earlier attempt's records kept"
     for name in ("config.json", "ds_config.json", "git.txt", "curves.png", "monitor/train/Train_loss.csv"):
@@ -100,7 +99,6 @@ def test_losses_match_the_golden_run(full_run):
     assert last < first - 1.0, f"loss did not fall: {first:.3f} -> {last:.3f}"
 
 
-@pytest.mark.slow
 def test_a_resumed_run_is_the_uninterrupted_run_and_exports_its_best(full_run, m30k_centered, tmp_path):
     split = tmp_path / "split"
     cll_train(*common(m30k_centered, split, 17, "--set", "checkpoint.export=false"))
@@ -123,7 +121,10 @@ def test_a_resumed_run_is_the_uninterrupted_run_and_exports_its_best(full_run, m
         assert abs(a[step] - b[step]) <= 1e-6, (step, a[step], b[step])
 
 
-def test_the_export_loads_without_deepspeed_and_a_tampered_one_is_refused(full_run, m30k_centered, tmp_path):
+@pytest.mark.integration
+def test_the_export_loads_without_deepspeed(full_run, m30k_centered):
+    """A process that cannot import DeepSpeed (which the test process has imported) scores with
+    the export."""
     code = f"""
 import sys; sys.modules['deepspeed'] = None
 import torch
@@ -142,6 +143,9 @@ print(nll / tokens, manifest.languages)
     assert out.returncode == 0, out.stderr
     nll = float(out.stdout.split()[0])
     assert 0 < nll < losses(full_run)[1]         # trained weights, better than at step 1
+
+
+def test_a_tampered_export_is_refused(full_run, tmp_path):
     import shutil
     from cll_scale.model.export import ExportError, load_export
     tampered = tmp_path / "export"
@@ -154,7 +158,6 @@ print(nll / tokens, manifest.languages)
         load_export(tampered)
 
 
-@pytest.mark.slow
 def test_checkpoints_know_their_data(full_run, m30k_centered, tmp_path):
     """Other shards are refused on --resume unless asked for (train.new_data), which carries
     weights, optimizer and schedule on and starts the stream afresh."""
@@ -249,7 +252,7 @@ def finish(proc) -> str:
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_ranks_zero2_then_resume_on_one_rank(m30k_centered, tmp_path):
     run, report = tmp_path / "run", tmp_path / "report.json"
     finish(probe([DEEPSPEED, "--num_gpus", "2", "--master_port", str(free_port())], m30k_centered, run, report, 12))
@@ -272,7 +275,7 @@ def test_two_ranks_zero2_then_resume_on_one_rank(m30k_centered, tmp_path):
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_simulated_two_node_launch(m30k_centered, tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("node-a slots=1\nnode-b slots=1\n")
@@ -288,7 +291,6 @@ def test_simulated_two_node_launch(m30k_centered, tmp_path):
     assert (tmp_path / "run" / "export" / "model.safetensors").is_file()
 
 
-@pytest.mark.slow
 def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered, tmp_path):
     """What holds for a language absent from a step (FCLL, ZeRO-2, AdamW, one direction per step):
     its LSL gets no gradient, so before it is first trained it stays bit-identical to its initial
@@ -328,7 +330,6 @@ def test_an_absent_language_lsl_moves_only_by_momentum_under_zero2(m30k_centered
 
 
 
-@pytest.mark.slow
 def test_a_torn_metrics_line_is_dropped_on_resume_and_damaged_json_names_its_file(full_run, m30k_centered, tmp_path):
     """Issue 66: a torn last line of metrics.jsonl (a full disk leaves one) stopped --resume with
     "Unterminated string starting at: line 1 column 27"; now it is dropped with a warning naming

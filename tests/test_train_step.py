@@ -26,7 +26,7 @@ def sync_counts(shards, run, config, tmp_path, log_every=5, steps=12):
     return {int(k): v for k, v in data["counts"].items()}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_steady_state_steps_read_no_device_value(m30k_centered, tmp_path):
     """Between log steps the loop's only host read is the per-step agreement over the host-side
     group (stop signal, budget); the log step adds the metrics window and the gradient norm. The
@@ -55,7 +55,7 @@ def same(a, b):
 
 
 @pytest.mark.whole_machine
-@pytest.mark.slow
+@pytest.mark.integration
 def test_out_of_memory_on_one_rank_skips_the_step_on_both(m30k_centered, tmp_path):
     """Out of memory in the forward pass on rank 1 only: both ranks skip that step (weights bit-equal
     before and after it, and equal between the ranks at the end), the log names the batch's shape,
@@ -74,17 +74,16 @@ def test_out_of_memory_on_one_rank_skips_the_step_on_both(m30k_centered, tmp_pat
     assert same(w2, w3) and not same(w3, w4)
 
 
-@pytest.mark.slow
-def test_out_of_memory_in_a_row_ends_the_run_with_one_line(m30k_centered, tmp_path):
-    res = subprocess.run([sys.executable, "-m", "cll_scale.train",
-                          *common(m30k_centered, tmp_path / "run", 20, "--set", "train.max_skips_in_a_row=3")],
-                         cwd=ROOT, env=dict(ENV, CLL_FAULT="oom@3x10"), capture_output=True, text=True, timeout=600)
+def test_out_of_memory_in_a_row_ends_the_run_with_one_line(m30k_centered, tmp_path, monkeypatch):
+    from cll_scale.core import faults
+    monkeypatch.setenv("CLL_FAULT", "oom@3x10")
+    monkeypatch.setattr(faults, "_fired", set())          # a step's fault fires once per process
+    res = cll_train(*common(m30k_centered, tmp_path / "run", 20, "--set", "train.max_skips_in_a_row=3"), check=False)
     assert res.returncode == 5, res.stderr[-3000:]          # training diverged (cll_scale.core.errors)
     assert "cll-train: error: 3 steps in a row skipped" in res.stderr and "up to step 5" in res.stderr
     assert "Traceback" not in res.stderr and res.stderr.count("out of memory on a") == 3
 
 
-@pytest.mark.slow
 def test_compiled_training_matches_eager_and_exports_the_same_names(m30k_centered, tmp_path):
     """train.compile traces each block once, with dynamic shapes: token-budget batches of every
     shape train through the same graphs. `aot_eager` runs the traced forward and backward graphs
