@@ -305,7 +305,7 @@ def test_an_output_that_cannot_be_written_is_named_by_out_before_the_corpus_is_r
     directory for every user; a read-only folder only for one who is not root. A corpus refused
     after that check leaves no folder behind either."""
     import os
-    import data_tools.cli
+    import data_tools.commands
     from cll_scale.core.errors import EXIT_FILES, EXIT_INPUT
 
     monkeypatch.chdir(tmp_path)
@@ -314,7 +314,7 @@ def test_an_output_that_cannot_be_written_is_named_by_out_before_the_corpus_is_r
 
     def no_reading(args):
         raise AssertionError("the corpus was read before --out was known to be writable")
-    monkeypatch.setattr(data_tools.cli, "read_corpus", no_reading)
+    monkeypatch.setattr(data_tools.commands, "read_corpus", no_reading)
     (tmp_path / "afile").write_text("keep")
     readonly = tmp_path / "ro"
     readonly.mkdir(mode=0o555)

@@ -39,7 +39,7 @@ def test_fine_tuning_arguments_are_checked_before_any_work(tiny_export, m30k_cen
     base = ["cll_scale.backtranslate", "--model", tiny_export, "--data", m30k_centered, "--out", out]
     for extra, needle in ((["--eval-splits", "nosuch"], "--eval-splits nosuch: "),
                           (["--max-tokens", "5"], "--batch-tokens 5 cannot hold the longest pair"),
-                          (["--lr", "inf"], "--lr: inf: expected a finite number")):
+                          (["--lr", "inf"], "--lr must be a finite number, not 'inf'")):
         res = cmd(*base, *extra)
         assert res.returncode == EXIT_INPUT and needle in res.stderr, res.stderr[-2000:]
         assert "optim.lr" not in res.stderr and "Traceback" not in res.stderr
