@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -262,11 +263,22 @@ def run_in_process(cmd: Command, monkeypatch, capsys) -> tuple[int, str]:
     return code, (out.out + out.err)[-3000:]
 
 
+LAUNCH_TIMEOUT = 600      # seconds; the two-rank example takes well under a minute on two quiet cores
+
+
 def run_launcher(cmd: Command, clone: Path) -> tuple[int, str]:
     venv_bin = str(Path(sys.executable).parent)
     env = dict(os.environ, **cmd.env, PYTHONPATH=str(ROOT), PATH=venv_bin + os.pathsep + os.environ["PATH"])
-    res = subprocess.run(cmd.argv, cwd=clone, env=env, capture_output=True, text=True, timeout=600)
-    return res.returncode, (res.stdout + res.stderr)[-3000:]
+    # its own session, so that a launch that hangs is ended with its ranks, not the launcher alone
+    proc = subprocess.Popen(cmd.argv, cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=LAUNCH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return f"killed after {LAUNCH_TIMEOUT} s", output[-3000:]
+    return proc.returncode, output[-3000:]
 
 
 def test_the_extraction_reads_blocks_continuations_comments_and_redirections(tmp_path):
@@ -308,6 +320,8 @@ def test_the_docs_examples_run_in_order_on_a_fresh_clone(multi30k, tmp_path, mon
     # cll-repro's default corpus is ../shared/data/multi30k beside the checkout its code is in:
     # in a clone, this one; here the code is the test's checkout.
     monkeypatch.setenv("MULTI30K", str(corpus))
+    # The processes the commands start (cll-repro's trainings) take one thread each, as the ranks
+    # of the two-rank example do: the run is sized for one core.
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
 
     commands = doc_commands()
