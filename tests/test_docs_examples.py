@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import OPUS_SAMPLE, ROOT, head_corpus
 from tests.hf_fixtures import multi30k_pairs, write_pair
@@ -226,10 +227,10 @@ def fill(word: str) -> str:
 def expected_outputs(cmd: Command) -> list[str]:
     """What a command says it makes: its --out, the file its output goes to, a training's export."""
     outs = flag_values(cmd.argv, "--out") + ([cmd.stdout] if cmd.stdout else [])
-    if cmd.argv[0] == "cll-train" and "--dry-run" not in cmd.argv or "cll_scale.train" in cmd.argv:
+    trains = cmd.argv[0] == "cll-train" or "cll_scale.train" in cmd.argv
+    if trains and "--dry-run" not in cmd.argv:
         run_dir = (flag_values(cmd.argv, "--run-dir") or [None])[-1]
         if run_dir is None:
-            import yaml
             recipe = yaml.safe_load(Path(flag_values(cmd.argv, "--recipe")[-1]).read_text(encoding="utf-8"))
             run_dir = recipe["train"]["run_dir"]
         outs.append(f"{run_dir}/export/export.json")
