@@ -1,5 +1,6 @@
 """Shared fixtures. Tests never touch the network: the offline switches are set before any
 Hugging Face / gradio import, and corpora come from ../shared/data or are written here."""
+import ast
 import os
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -263,3 +264,11 @@ def triangle_export(multi30k, tmp_path_factory) -> tuple[Path, Path]:
                          "--set", "data.batch_tokens=1024", "--set", "optim.lr=3e-3", "--set", "optim.warmup_steps=10")
     root = built_once(tmp_path_factory, "tri", build)
     return root / "run" / "export", root / "shards"
+
+
+def console_scripts() -> dict[str, str]:
+    """name -> module, as setup.py declares them."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    entry = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "entry_points"))
+    return {line.split("=")[0]: line.split("=")[1].split(":")[0] for line in entry["console_scripts"]}

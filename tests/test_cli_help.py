@@ -3,7 +3,6 @@ reStructuredText markup (a docstring's ``code`` or :func:`name` printed raw)."""
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import re
 import subprocess
@@ -12,15 +11,7 @@ import sys
 import pytest
 
 from cll_scale.core.cli import MODEL_METAVAR, plain_text
-from tests.conftest import ROOT
-
-
-def console_scripts() -> dict[str, str]:
-    """name -> module, as setup.py declares them."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
-    entry = ast.literal_eval(next(k.value for k in call.keywords if k.arg == "entry_points"))
-    return {line.split("=")[0]: line.split("=")[1].split(":")[0] for line in entry["console_scripts"]}
+from tests.conftest import ROOT, console_scripts
 
 
 def helps(parser: argparse.ArgumentParser) -> list[str]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import OPUS_SAMPLE, ROOT, head_corpus
+from tests.conftest import OPUS_SAMPLE, ROOT, console_scripts, head_corpus
 from tests.hf_fixtures import multi30k_pairs, write_pair
 
 DOCS = ("README.md", "docs/usage.md")
@@ -40,16 +40,7 @@ BASH_BLOCK = re.compile(r"^```bash[ \t]*\n(.*?)^```", re.M | re.S)
 ENV_PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 # The console scripts (setup.py) run in this process.
-PROGRAMS = {
-    "cll-shards": "data_tools.cli",
-    "cll-train": "cll_scale.train",
-    "cll-translate": "cll_scale.translate",
-    "cll-eval": "cll_scale.evaluate",
-    "cll-repro": "cll_scale.repro.cli",
-    "cll-bt": "cll_scale.backtranslate",
-    "cll-extend": "cll_scale.extend",
-    "cll-analyze": "cll_scale.analyze",
-}
+PROGRAMS = console_scripts()
 LAUNCHERS = ("deepspeed",)          # run as a real process: it starts one process per rank
 
 # Commands that cannot run here: a fragment that picks out exactly one command -> why, and which
@@ -67,6 +58,8 @@ NOT_RUN = {
                  "test_make_demo_serves_the_quickstart_runs_asked_and_says_what_to_run_first",
     "cll-demo": "serves until stopped, and its models are the ones `make quickstart` trains; "
                 "tests/test_demo.py serves it (the `server` fixture)",
+    "scripts/demo_screenshot.py": "needs the models `make quickstart` trains and Chromium; the page it photographs "
+                                  "is the one tests/test_demo.py::test_real_browser_translates_and_stays_local opens",
 }
 
 # A training shrunk to `tiny`: two steps of small batches, validated once at the end on a few
@@ -105,10 +98,11 @@ SHRINK = [
     Shrink("cll-translate", put={"--beam": "1"}),
     Shrink("cll-eval", put={"--max-sentences": "3", "--beam": "1"}),
     Shrink("cll-repro", put={"--steps-per-model": "2", "--max-sentences": "3", "--beam": "1", "--set": TINY_STUDY,
-                             "--splits": "test_2016_flickr", "--parallel": "2"},
+                             "--splits": "test_2016_flickr", "--variants": "baseline,fcll", "--parallel": "2"},
            drop=("--minutes-per-model",),
-           why="one test split and two trainings at once (the test has the machine to itself): the five studies "
-               "train 13 models"),
+           why="two variants trained at once (the test has the machine to itself) and one test split: the five "
+               "studies would train 13 models; every variant's recipe of every setting is "
+               "found by tests/test_repro.py::test_each_settings_family_finds_its_own_four_triangle_recipes"),
     Shrink("--seeds 1,2,3", put={"--seeds": "1"},
            why="a seed report of one seed (every seed trains alike); the mean ± std over seeds is checked by "
                "tests/test_repro.py::test_repro_writes_the_report_and_resumes"),
