@@ -1,9 +1,9 @@
 """``cll-extend``: teach a trained model a new language from a few parallel pairs (paper §4.4,
 App. A).
 
-    cll-extend --model runs/m/export --data data/shards/m30k-en-de-fr --lang cs \\
+    cll-extend --model runs/multi30k-en-de-fr-fcll/export-best --data data/shards/multi30k-en-de-fr --lang cs \\
                --corpus ../shared/data/multi30k --pairs en-cs,cs-en --max-pairs 5000 \\
-               --out runs/m-plus-cs --max-steps 2000
+               --out runs/multi30k-en-de-fr-fcll-plus-cs --max-steps 2000
 
 1. SentencePiece: pieces learned on the new language are appended to the model's vocabulary
    (old ids unchanged; pieces that would change how old-language text splits are left out,

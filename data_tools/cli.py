@@ -1,11 +1,11 @@
 """``cll-shards``: build, inspect and verify shard directories.
 
-    cll-shards build --input ../shared/data/multi30k --condition centered --out data/m30k-centered
-    cll-shards build --input ../shared/data/multi30k --condition triangle --langs de,fr,cs --out data/m30k-tri
+    cll-shards build --input ../shared/data/multi30k --condition centered --out data/shards/multi30k-centered
+    cll-shards build --input ../shared/data/multi30k --condition triangle --langs de,fr,cs --out data/shards/multi30k-triangle
     cll-shards build --format opus100 --input opus-100-corpus --out data/opus100
     cll-shards build --format hf --input Helsinki-NLP/opus-100 --pairs de-en,en-fr,de-fr --out data/opus-hf
-    cll-shards inspect data/m30k-centered
-    cll-shards verify data/m30k-centered
+    cll-shards inspect data/shards/multi30k-centered
+    cll-shards verify data/shards/multi30k-centered
     cll-shards download multi30k --out data/raw/multi30k
     cll-shards synth --scale 0.01 --out data/raw/opus100-synth    # OPUS-100's shape, synthetic text
 """
