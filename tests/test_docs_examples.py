@@ -305,7 +305,7 @@ def test_the_tests_named_for_what_is_not_run_or_shrunk_exist():
         assert not name or f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), f"{path}::{name}"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.whole_machine          # the two-rank deepspeed example
 def test_the_docs_examples_run_in_order_on_a_fresh_clone(multi30k, tmp_path, monkeypatch, capsys):
     corpus = head_corpus(multi30k, tmp_path / "shared" / "data" / "multi30k", lambda name: True, CORPUS_LINES)
