@@ -30,6 +30,8 @@ from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from .configuration_cll import CLLConfig
 
 
+# This file repeats cll_scale/model/model.py on purpose: a transformers user loads it without
+# cll-scale installed. tests/test_hf_export.py holds the two to the same logits for every variant.
 def sinusoidal_positions(n, d):
     """(n, d) fixed position encodings, computed as in training (the whole table at once)."""
     pos = torch.arange(n, dtype=torch.float32)[:, None]
