@@ -4,12 +4,18 @@ MULTI30K ?= $(firstword $(wildcard ../shared/data/multi30k) data/raw/multi30k)
 # make quickstart's condition: triangle (default) or centered (the run of before issue 52)
 QUICKSTART_CONDITION ?= triangle
 
-.PHONY: env quickstart test test-fast demo bench-stream bench-model bench-train bench-decode bench-opus gpu-check clean
+.PHONY: env env-demo quickstart test test-fast demo bench-stream bench-model bench-train bench-decode bench-opus gpu-check clean
 
+# make test's set-up: the package with the demo's and the developers' extras
 env:
 	@bash scripts/setup_env.sh dev,demo
 
-quickstart: env
+# The main job's and the demo's: no test tools (pytest, transformers, playwright: a quarter of the
+# set-up's time on the Xeon)
+env-demo:
+	@bash scripts/setup_env.sh demo
+
+quickstart: env-demo
 	@MULTI30K=$(MULTI30K) QUICKSTART_CONDITION=$(QUICKSTART_CONDITION) bash scripts/quickstart.sh
 
 # The two models make quickstart trained (the checkpoint it evaluated: export-best/ when there is one),
@@ -22,7 +28,7 @@ QS_REPORT = $(QUICKSTART_RUNS)/results/$(if $(filter centered,$(QUICKSTART_CONDI
 
 QS_VARS = QUICKSTART_CONDITION=$(QUICKSTART_CONDITION) QUICKSTART_RUNS=$(QUICKSTART_RUNS)
 
-demo: env
+demo: env-demo
 	@for m in $(call qs_export,baseline) $(call qs_export,fcll); do [ -f "$$m/export.json" ] || { \
 	    echo "make demo: no quickstart model at $$m: run make quickstart first ($(QS_VARS))" >&2; exit 2; }; done
 	$(PY) -m demo --model baseline=$(call qs_export,baseline) --model fcll=$(call qs_export,fcll) \

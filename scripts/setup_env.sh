@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project's virtual env and install what it needs.
-#   scripts/setup_env.sh [EXTRAS]      e.g. scripts/setup_env.sh dev,demo
+#   scripts/setup_env.sh [EXTRAS]      e.g. scripts/setup_env.sh dev,demo (the default: dev)
 #   scripts/setup_env.sh --write-lock  rewrite requirements.lock from the env as it is
 # On a machine without a CUDA GPU the CPU build of torch is installed first: a bare
 # `pip install deepspeed` would otherwise resolve a multi-GB CUDA torch plus nvidia-* wheels.
@@ -25,11 +25,17 @@ CONSTRAINTS=()
 if [ -n "$LOCK" ] && [ -f "$LOCK" ]; then
   CONSTRAINTS=(-c "$LOCK")
 fi
-STAMP="$VENV/.cll-installed-$EXTRAS-$(cat setup.py ${CONSTRAINTS[@]:+"$LOCK"} | sha256sum | cut -c1-12)"
+HASH=$(cat setup.py ${CONSTRAINTS[@]:+"$LOCK"} | sha256sum | cut -c1-12)
+STAMP="$VENV/.cll-installed-$EXTRAS-$HASH"
 
-if [ -f "$STAMP" ]; then
-  exit 0
-fi
+# Done before: these extras, or more of them (make test's dev,demo covers make quickstart's demo)
+for done in "$VENV"/.cll-installed-*-"$HASH"; do
+  [ -f "$done" ] || continue
+  have=${done#"$VENV/.cll-installed-"}; have=",${have%-"$HASH"},"
+  missing=0
+  for extra in ${EXTRAS//,/ }; do [[ $have == *",$extra,"* ]] || missing=1; done
+  [ $missing = 0 ] && exit 0
+done
 # pip's and setuptools' own output (build warnings, resolver notes) goes to a log a person reads
 # only when a step fails; what they see is one line a step.
 LOG="$VENV/setup.log"

@@ -48,7 +48,7 @@ from cll_scale.data.stream import MIXED, Batch
 from cll_scale.evaluation.translator import ModelStepper
 from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.model.decoding import DecodeConfig, beam_search
-from cll_scale.model.model import CLLTransformer, projected_loss
+from cll_scale.model.model import CLLTransformer, projected_loss, target_positions
 from cll_scale.training.optim import GuardedAdamW
 from tests.conftest import ROOT
 
@@ -56,12 +56,13 @@ from tests.conftest import ROOT
 def train_step(model: CLLTransformer, optimizer: GuardedAdamW, batch: Batch) -> torch.Tensor:
     """One training step of one rank, as the trainer runs it (``Trainer._forward_backward``, then
     the engine's step): the batch to the model's device, forward to the features, the label-smoothed
-    loss with the tied projection inside it, backward of
+    loss of the non-pad positions with the tied projection inside it, backward of
     the per-token loss, and the client optimizer's step with the device's verdict on the loss."""
     dev = batch.to(next(model.parameters()).device)
     features = model(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang, lang_runs=dev.lang_runs,
                      features_only=True)
-    loss, nll = projected_loss(features, model.embed.weight, dev.tgt_tokens, model.cfg.pad_id, 0.1)
+    features, target = target_positions(features, dev.tgt_tokens, model.cfg.pad_id, dev.ntokens)
+    loss, nll = projected_loss(features, model.embed.weight, target, model.cfg.pad_id, 0.1)
     optimizer.loss_ok = torch.isfinite(loss)
     (loss / max(batch.ntokens, 1)).backward()
     optimizer.step()

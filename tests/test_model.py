@@ -5,7 +5,7 @@ import torch
 
 from cll_scale.model.config import PRESETS, ModelConfig
 from cll_scale.model.model import (CLLTransformer, LangGroups, label_smoothed_loss, label_smoothed_loss_graph,
-                                   projected_loss, projected_loss_graph)
+                                   projected_loss, projected_loss_graph, target_positions)
 
 LANGS = ["en", "de", "fr", "cs"]          # en is central: de, fr, cs get LSLs
 
@@ -188,6 +188,34 @@ def test_blocked_loss_gives_the_plain_ops_loss_and_gradient(dtype, monkeypatch):
             torch.testing.assert_close(grad, want, atol=1e-5 if dtype == torch.float32 else 4e-3, rtol=1e-2,
                                        msg=f"{form} {name}")
         assert got[2].view(5, 7, -1)[1, 4:].abs().sum() == 0 and got[2].view(5, 7, -1)[0].abs().sum() > 0
+
+
+def test_the_loss_of_the_non_pad_positions_alone_is_the_batch_loss():
+    """The trainer and the validator take the loss of the non-pad target positions only
+    (:func:`target_positions`): the same loss, NLL and gradients as over the whole padded batch,
+    the kept positions in row order, and a batch without pad passed through as it is."""
+    torch.manual_seed(0)
+    features = torch.randn(4, 6, 16)
+    weight = torch.randn(300, 16) * 0.7
+    target = torch.randint(1, 300, (4, 6))
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    ntokens = int((target != 0).sum())
+    results = []
+    for select in (False, True):
+        h, w = features.clone().requires_grad_(), weight.clone().requires_grad_()
+        x, t = target_positions(h, target, 0, ntokens) if select else (h, target)
+        if select:
+            assert x.shape == (ntokens, 16) and torch.equal(t, target[target != 0])
+            torch.testing.assert_close(x, features[target != 0])
+        loss, nll = projected_loss(x, w, t, 0, 0.1)
+        loss.backward()
+        results.append((loss.detach(), nll, h.grad, w.grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want)
+    full = torch.randint(1, 300, (2, 3))
+    x, t = target_positions(features[:2, :3], full, 0, full.numel())
+    assert torch.equal(t, full.reshape(-1)) and torch.equal(x, features[:2, :3].reshape(-1, 16))
 
 
 def test_the_projected_loss_without_grad_computes_no_gradient_and_says_so():

@@ -606,6 +606,23 @@ def projected_loss(features: torch.Tensor, weight: torch.Tensor, target: torch.T
                                       _wants_grad(flat, weight))
 
 
+def target_positions(features: torch.Tensor, target: torch.Tensor, pad_id: int, ntokens: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decoder's features (N, D) and the targets (N,) of the ``ntokens`` non-pad target
+    positions of a batch, in row order: what :func:`projected_loss` needs, without the pad
+    positions' share of the output projection (its three (N × V × D) matmuls are the largest
+    part of a small model's step; a length-sorted Multi30k batch is about 12% pad). ``ntokens``
+    is the batch's non-pad count, known on the host (``Batch.ntokens``), so the selection has a
+    static size and reads nothing from the device: a stable sort puts the kept positions first
+    (``nonzero_static`` would do the same, but its CUDA kernel came with torch 2.6)."""
+    flat = target.reshape(-1)
+    features = features.reshape(-1, features.shape[-1])
+    if ntokens == flat.numel():
+        return features, flat
+    keep = torch.argsort((flat == pad_id).to(torch.uint8), stable=True)[:ntokens]
+    return features.index_select(0, keep), flat.index_select(0, keep)
+
+
 def label_smoothed_loss_graph(logits: torch.Tensor, target: torch.Tensor, pad_id: int, smoothing: float
                               ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`label_smoothed_loss` in plain tensor ops: what the blocked form is tested against."""

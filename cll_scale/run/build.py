@@ -25,7 +25,7 @@ from cll_scale.data.manifest import Manifest
 from cll_scale.data.stream import ShardStream
 from cll_scale.model.bf16 import emulates_bf16, matmul_mode
 from cll_scale.model.export import export_model_config, load_export
-from cll_scale.model.model import CLLTransformer, projected_loss, projected_loss_graph
+from cll_scale.model.model import CLLTransformer, projected_loss, projected_loss_graph, target_positions
 from cll_scale.run.recipe import SECTIONS, RunConfig, build_configs, section_classes
 from cll_scale.training import collectives
 from cll_scale.training import engine as ds
@@ -153,8 +153,9 @@ class Run:
         model = self.engine.module
         features = self.engine(dev.src_tokens, model.shift_right(dev.tgt_tokens), dev.tgt_lang,
                                lang_runs=dev.lang_runs, features_only=True)
-        return self.loss_fn(features, model.embed.weight, dev.tgt_tokens, self.cfg.model.pad_id,
-                            self.cfg.train.label_smoothing)
+        pad = self.cfg.model.pad_id
+        features, target = target_positions(features, dev.tgt_tokens, pad, dev.ntokens)
+        return self.loss_fn(features, model.embed.weight, target, pad, self.cfg.train.label_smoothing)
 
     def matmuls(self):
         """The block this run's passes run in (:func:`cll_scale.model.bf16.matmul_mode`)."""

@@ -17,7 +17,7 @@ from cll_scale.evaluation.evaluator import score_model
 from cll_scale.evaluation.testsets import pairs_from_shards
 from cll_scale.evaluation.translator import TranslateConfig, Translator
 from cll_scale.model.decode_config import DecodeConfig
-from cll_scale.model.model import projected_loss
+from cll_scale.model.model import projected_loss, target_positions
 from cll_scale.training import collectives
 from cll_scale.training.configs import BEST_METRICS, ValidConfig  # noqa: F401  (the section this module uses)
 
@@ -71,7 +71,8 @@ class Validator:
                 batch = batch.to(self.device)
                 features = engine(batch.src_tokens, model.shift_right(batch.tgt_tokens), batch.tgt_lang,
                                   lang_runs=batch.lang_runs, features_only=True)
-                nll = projected_loss(features, model.embed.weight, batch.tgt_tokens, model.cfg.pad_id, 0.0)[1]
+                features, target = target_positions(features, batch.tgt_tokens, model.cfg.pad_id, batch.ntokens)
+                nll = projected_loss(features, model.embed.weight, target, model.cfg.pad_id, 0.0)[1]
                 sums[k, 0] += nll.double()
                 sums[k, 1] += batch.ntokens
         torch.distributed.all_reduce(sums)
