@@ -66,7 +66,7 @@ setup(
             "cll-extend=cll_scale.extend:main",
             "cll-analyze=cll_scale.analyze:main",
             "cll-export=cll_scale.export:main",
-            "cll-demo=demo.app:main",
+            "cll-demo=demo.cli:main",
         ],
     },
 )

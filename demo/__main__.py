@@ -1,5 +1,5 @@
 import sys
 
-from demo.app import main
+from demo.cli import main
 
 sys.exit(main())

@@ -1,22 +1,5 @@
-"""``cll-demo``: Baseline and CLL models side by side on zero-shot directions (Gradio), and a
-"Why this language?" view: per output token, how much the LSLs and the FFN raised or lowered it
-(integrated gradients, paper Fig. 5).
-
-    cll-demo --model baseline=runs/quickstart/runs/multi30k-triangle-quickstart-baseline/export-best \\
-             --model fcll=runs/quickstart/runs/multi30k-triangle-quickstart-fcll/export-best \\
-             --examples ../shared/data/multi30k --results runs/quickstart/results/triangle-quickstart
-
-The page opens on the first zero-shot example already translated by every model, each output
-with its detected language (green on target, red off target), and under it the model's zero-shot
-off-target rate as measured by ``--results``: a ``cll-repro`` report directory (its cached
-evaluations name the export they scored, so a model is matched by its export) or a ``cll-eval``
-``--out`` directory or ``results.json`` (its entries are matched by the ``--model`` name);
-"not measured" where none of them has the model.
-
-Binds 127.0.0.1 unless ``--host`` says otherwise, never creates a share link, queues requests
-with a concurrency limit, caps the input length with a visible message, and sets the
-environment so that neither gradio nor its client contacts an outside host.
-"""
+"""The Gradio app of ``cll-demo`` (the command, its flags and its usage: :mod:`demo.cli`): Baseline
+and CLL models side by side on zero-shot directions, and the "Why this language?" view."""
 from __future__ import annotations
 
 import os
@@ -26,12 +9,10 @@ for _key, _value in (("GRADIO_ANALYTICS_ENABLED", "False"), ("HF_HUB_OFFLINE", "
                      ("HF_HUB_DISABLE_TELEMETRY", "1"), ("HF_DATASETS_OFFLINE", "1")):
     os.environ.setdefault(_key, _value)
 
-import argparse  # noqa: E402
 import copy  # noqa: E402
 import csv  # noqa: E402
 import hashlib  # noqa: E402
 import html  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from functools import lru_cache  # noqa: E402
@@ -39,8 +20,7 @@ from pathlib import Path  # noqa: E402
 
 import sacrebleu  # noqa: E402
 
-from cll_scale.core.cli import add_debug_argument, parse_models, pick_device, plain_text, positive_int  # noqa: E402
-from cll_scale.core.errors import run_guarded  # noqa: E402
+from cll_scale.core.cli import parse_models, pick_device  # noqa: E402
 from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
 from cll_scale.evaluation.langid import Lingua, detect  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
@@ -48,8 +28,8 @@ from cll_scale.data.manifest import UNSEEN  # noqa: E402
 from cll_scale.evaluation.evaluator import LSL_OFF, TAG_OMITTED  # noqa: E402
 from cll_scale.evaluation.report import EvalReport, ModelEntry  # noqa: E402
 from cll_scale.evaluation.translator import Translator  # noqa: E402
+from demo.cli import MAX_CHARS  # noqa: E402
 
-MAX_CHARS = 1000
 # Integration steps of the "why" view: 12 keeps a `small` model's answer to a few seconds on
 # a CPU thread, with a convergence delta around 0.02 nats; the slider allows up to 32.
 WHY_STEPS, MAX_WHY_STEPS = 12, 32
@@ -449,31 +429,6 @@ def build_app(demo: Demo, examples_dir: str | None = None):
     return app
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="cll-demo", description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", action="append", required=True, metavar="NAME=EXPORT_DIR")
-    p.add_argument("--examples", help="multi-way test directory for example sentences (e.g. Multi30k); "
-                                      "the page opens on the first one, translated")
-    p.add_argument("--results", action="append", default=[], metavar="PATH",
-                   help="where the models' zero-shot off-target rates were measured: a cll-repro report "
-                        "directory (models found by their export) or a cll-eval --out directory or "
-                        "results.json (found by their --model name); repeatable")
-    p.add_argument("--host", default="127.0.0.1", help="address to serve on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=port_number, default=7860, help="TCP port, 1-65535")
-    p.add_argument("--concurrency", type=positive_int, default=2, help="requests translated at once; others queue")
-    p.add_argument("--max-chars", type=positive_int, default=MAX_CHARS, help="longest input accepted")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, or auto (CUDA when present)")
-    add_debug_argument(p)
-    return p
-
-
-def port_number(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text}: a TCP port is 1-65535")
-    return value
-
-
 def check_host(host: str) -> None:
     """An address this machine cannot serve on is named as such: gradio would report it as
     "cannot find an empty port"."""
@@ -503,12 +458,3 @@ def launch(args, block: bool = True):
     app.launch(server_name=args.host, server_port=args.port, share=False, prevent_thread_lock=not block,
                quiet=True, show_error=True)
     return app
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_guarded("cll-demo", lambda: launch(args) and 0, args.debug)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

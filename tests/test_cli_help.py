@@ -38,9 +38,7 @@ def test_help_has_no_issue_numbers_and_no_markup(name):
         assert not found, f"{name} --help prints markup raw: {found[:3]}"
 
 
-# cll-demo's parser lives in demo/app.py beside the Gradio app, which loads the models' code (and
-# torch) as it is imported: the one console command whose --help still does.
-TORCH_FREE_HELP = sorted(name for name in console_scripts() if name != "cll-demo")
+TORCH_FREE_HELP = sorted(console_scripts())
 
 
 @pytest.mark.integration
@@ -83,8 +81,6 @@ def shown(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 def test_every_flag_has_one_spelling_and_its_default_in_the_help():
     for label, parser in parsers():
         for action in shown(parser):
-            if label == "cll-demo":          # its parser is the demo's own (see TORCH_FREE_HELP)
-                continue
             assert len(action.option_strings) == 1, f"{label}: {action.option_strings} spell one flag"
             quiet = action.default in (None, False, (), [], argparse.SUPPRESS) or action.required
             assert quiet or "default" in (action.help or ""), f"{label} {action.option_strings[0]}: no default shown"
@@ -95,7 +91,7 @@ def test_one_form_of_model_one_lsl_switch_and_device_auto_everywhere():
     for label, parser in parsers():
         for action in shown(parser):
             flag = action.option_strings[0]
-            if flag == "--model" and label != "cll-demo":       # the demo's parser: see TORCH_FREE_HELP
+            if flag == "--model":
                 assert action.metavar == MODEL_METAVAR, f"{label} --model {action.metavar}"
             if flag == "--device":
                 assert action.default == "auto", f"{label} --device defaults to {action.default}"
@@ -161,8 +157,6 @@ def test_a_generated_flag_is_read_by_the_one_coercion(argv, words, capsys):
 def test_every_command_module_is_thin():
     """A console command parses its flags and calls the layer below: 80 lines at most."""
     for name, module in console_scripts().items():
-        if name == "cll-demo":           # its main sits in demo/app.py with the app (see TORCH_FREE_HELP)
-            continue
         path = ROOT / (module.replace(".", "/") + ".py")
         lines = len(path.read_text(encoding="utf-8").splitlines())
         assert lines <= 80, f"{name}: {path.relative_to(ROOT)} has {lines} lines"

@@ -107,7 +107,7 @@ def test_resume_of_a_directory_that_does_not_exist_is_an_error(m30k_centered, tm
 
 def test_seeds_ports_and_hosts_are_checked_where_the_flag_is_named(tiny_export, tmp_path, capsys):
     from demo.app import check_host
-    from demo.app import main as demo_main
+    from demo.cli import main as demo_main
     for argv, needle in ((["--port", "70000"], "--port: 70000: a TCP port is 1-65535"),
                          (["--port", "-1"], "--port: -1: a TCP port is 1-65535")):
         with pytest.raises(SystemExit) as exit_:

@@ -36,7 +36,8 @@ def cached_entry(report: Path, name: str = "tiny"):
 
 @pytest.fixture(scope="module")
 def server(tiny_export, multi30k, measured_report):
-    from demo.app import build_parser, launch
+    from demo.app import launch
+    from demo.cli import build_parser
     port = free_port()
     args = build_parser().parse_args(["--model", f"baseline={tiny_export}", "--model", f"fcll={tiny_export}",
                                       "--examples", str(multi30k), "--port", str(port), "--max-chars", "300",
@@ -89,7 +90,8 @@ def test_measured_rates_are_found_by_export_or_by_name_and_otherwise_not_measure
     before any model loads."""
     from cll_scale.evaluate import main as cll_eval
     from cll_scale.evaluation.report import EvalReport
-    from demo.app import main, measured_text, read_measured
+    from demo.app import measured_text, read_measured
+    from demo.cli import main
     found = read_measured([str(measured_report)], {"any name": str(tiny_export), "tri": str(triangle_export[0])})
     entry = cached_entry(measured_report)
     assert [m.off_target for m in found["any name"]] == [entry.average("zero-shot", "off_target")]
@@ -278,7 +280,7 @@ def test_hostile_text_through_the_demo(server):
 def test_listens_on_loopback_only_by_default(server):
     """Reliability item 8: the socket itself is bound to 127.0.0.1, not just the printed URL."""
     import psutil
-    from demo.app import build_parser
+    from demo.cli import build_parser
     port = int(server[0].rstrip("/").rsplit(":", 1)[1])
     listening = [c.laddr for c in psutil.Process().net_connections(kind="inet")
                  if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
@@ -287,7 +289,7 @@ def test_listens_on_loopback_only_by_default(server):
 
 
 def test_tampered_model_is_refused_and_nothing_is_pickled(tiny_export, tmp_path, capsys):
-    from demo.app import main
+    from demo.cli import main
     assert sorted(p.name for p in tiny_export.iterdir()) == [
         "export.json", "manifest.json", "model.safetensors", "model_config.json", "spm.model"]
     bad = tmp_path / "export"

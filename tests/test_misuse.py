@@ -166,7 +166,7 @@ def test_impossible_settings_and_bad_recipes_are_one_line_errors(m30k_centered, 
     with pytest.raises(SystemExit) as exit_:        # a float flag is finite at the parser (round 2)
         main(["--model", str(tiny_export), "--tgt-lang", "fr", "--input", str(src), "--len-penalty", "nan"])
     assert exit_.value.code == EXIT_INPUT and "--len-penalty must be a finite number, not 'nan'" in capsys.readouterr().err
-    from demo.app import main as demo_main
+    from demo.cli import main as demo_main
     with pytest.raises(SystemExit) as exit_:
         demo_main(["--model", str(tiny_export), "--max-chars", "0"])
     assert exit_.value.code == EXIT_INPUT and "expected 1 or more" in capsys.readouterr().err

@@ -584,18 +584,18 @@ def test_cll_layer_sets_follow_paper_fig4_and_keep_the_variants_encoder():
     highest; SD's models keep its residual change, FCLL's have none, and a model without CLL is
     refused before anything is built."""
     from cll_scale.repro.plan import cll_layer_sets, layer_sweep
-    assert cll_layer_sets("sweep", 3) == [(1, 2, 3), (2, 3), (3,), (1, 2), (1,)]
-    assert len(cll_layer_sets("sweep", 6)) == 11 and cll_layer_sets("1-2,3", 3) == [(1, 2), (3,)]
-    for bad in ("0", "3-1", "1,1", "4", "x", ""):
+    assert cll_layer_sets("sweep", 3) == [(0, 1, 2), (1, 2), (2,), (0, 1), (0,)]
+    assert len(cll_layer_sets("sweep", 6)) == 11 and cll_layer_sets("0-1,2", 3) == [(0, 1), (2,)]
+    for bad in ("3", "2-0", "1,1", "-1", "x", ""):
         with pytest.raises(ValueError, match="--cll-layers"):
             cll_layer_sets(bad, 3)
-    sd = dict(layer_sweep("sd", ROOT / "recipes" / "multi30k_triangle_sd.yaml", [], "2-3"))
-    assert sd == {"sd cll2-3": ["model.variant=custom", "model.cll_layers=[1,2]", "model.residual_sublayer=ffn",
+    sd = dict(layer_sweep("sd", ROOT / "recipes" / "multi30k_triangle_sd.yaml", [], "1-2"))
+    assert sd == {"sd cll1-2": ["model.variant=custom", "model.cll_layers=[1,2]", "model.residual_sublayer=ffn",
                                 "model.residual_layer=1"]}
     fcll = dict(layer_sweep("fcll", ROOT / "recipes" / "multi30k_triangle_fcll.yaml", ["preset=tiny"], "sweep"))
-    assert fcll == {"fcll cll1-2": ["model.variant=custom", "model.cll_layers=[0,1]"],
-                    "fcll cll2": ["model.variant=custom", "model.cll_layers=[1]"],
-                    "fcll cll1": ["model.variant=custom", "model.cll_layers=[0]"]}
+    assert fcll == {"fcll cll0-1": ["model.variant=custom", "model.cll_layers=[0,1]"],
+                    "fcll cll1": ["model.variant=custom", "model.cll_layers=[1]"],
+                    "fcll cll0": ["model.variant=custom", "model.cll_layers=[0]"]}
     with pytest.raises(ValueError, match="no CLL layer"):
         layer_sweep("baseline", ROOT / "recipes" / "multi30k_triangle_baseline.yaml", [], "sweep")
 
@@ -612,16 +612,16 @@ def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k,
     assert done.returncode == 0, done.stderr[-3000:]
     report = (tmp_path / "results" / "triangle-cll-layers.md").read_text()
     evaluated = json.loads((tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr.json").read_text())
-    # each model has CLL in its own layers (1-based in the report), and the figure exists
+    # each model has CLL in its own layers (the results file counts from 1, as the paper), and the figure exists
     assert {n: m["cll_layers"] for n, m in evaluated["models"].items()} == \
-        {"fcll cll1-2": [1, 2], "fcll cll2": [2], "fcll cll1": [1]}
-    for name, layers in (("cll1-2", [0, 1]), ("cll2", [1]), ("cll1", [0])):
+        {"fcll cll0-1": [1, 2], "fcll cll1": [2], "fcll cll0": [1]}
+    for name, layers in (("cll0-1", [0, 1]), ("cll1", [1]), ("cll0", [0])):
         config = json.loads((tmp_path / "runs" / f"multi30k-triangle-fcll-{name}" / "config.json").read_text())
         assert config["model"]["cll_layers"] == layers and config["model"]["variant"] == "custom"
         # --precision bf16 trains in bf16 on any machine (a CPU without bf16 units: matmuls in fp32)
         engine = json.loads((tmp_path / "runs" / f"multi30k-triangle-fcll-{name}" / "ds_config.json").read_text())
         assert engine["bf16"]["enabled"] and config["train"]["ds_config"].endswith("_bf16.json")
-    assert "| fcll cll2 |" in report and "test_2016_flickr_cll_layers.png" in report
+    assert "| fcll cll1 |" in report and "test_2016_flickr_cll_layers.png" in report
     assert (tmp_path / "results" / "triangle-cll-layers" / "test_2016_flickr_cll_layers.png").stat().st_size > 1000
 
 
@@ -692,15 +692,15 @@ def test_the_precision_refusal_names_the_flag_it_came_from(tmp_path):
     recipes, runs = tmp_path / "recipes", tmp_path / "runs"
     recipes.mkdir()
     (recipes / "multi30k_triangle_fcll.yaml").write_text("preset: tiny\ntrain:\n  ds_config: cpu_bf16.json\n")
-    begun = runs / "multi30k-triangle-fcll-cll1"                   # trained so far in bf16
+    begun = runs / "multi30k-triangle-fcll-cll0"                   # trained so far in bf16
     begun.mkdir(parents=True)
     (begun / "ds_config.json").write_text(json.dumps({"bf16": {"enabled": True}}))
     (begun / "metrics.jsonl").write_text(json.dumps({"step": 2, "loss": 1.0, "epoch": 0.1, "elapsed_s": 1.0}) + "\n")
     study = Study("triangle", ["fcll"], tmp_path, tmp_path, runs, recipes, tmp_path / "results",
-                  EvalSettings(("test_2016_flickr",)), Budget(steps=10), cll_layers="1,2", precision="fp32")
+                  EvalSettings(("test_2016_flickr",)), Budget(steps=10), cll_layers="0,1", precision="fp32")
     with pytest.raises(ValueError) as err:
         Reproduction(study).check()
-    assert ("bf16: fcll cll1 (trained so far); fp32: fcll cll1, fcll cll2 (this sitting: --precision fp32)"
+    assert ("bf16: fcll cll0 (trained so far); fp32: fcll cll0, fcll cll1 (this sitting: --precision fp32)"
             in str(err.value)), err.value
     assert "named by the recipe" not in str(err.value)
 

@@ -86,11 +86,12 @@ def plot_t_weights(report, out_png: str | Path) -> Path | None:
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.5), squeeze=False)
     for ax, (name, e) in zip(axes[0], models.items()):
+        layers = [i - 1 for i in e.cll_layers]     # numbered from 0, as model.cll_layers (the entry counts from 1)
         for lang, values in e.t_weights.items():
-            ax.plot(e.cll_layers, values, "o-", label=lang)
-        ax.set_xticks(e.cll_layers)
+            ax.plot(layers, values, "o-", label=lang)
+        ax.set_xticks(layers)
         ax.set_title(name)
-        ax.set_xlabel("decoder layer")
+        ax.set_xlabel("decoder layer (from 0)")
         ax.set_ylabel("t_l")
         ax.legend()
         ax.grid(alpha=0.3)

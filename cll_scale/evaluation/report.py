@@ -53,7 +53,8 @@ class ModelEntry:
     lid: list[str]
     timing: dict[str, float]
     t_weights: dict[str, list[float]]           # language -> t_l per CLL layer (paper Fig. 6)
-    cll_layers: list[int]                       # 1-based, as in the paper
+    cll_layers: list[int]                       # counted from 1, as in the paper (a stored format: the
+                                                # flags, recipes and figures count from 0)
     lang_tag: bool | None = None                # fed a language tag (None: not recorded, read as True)
     central_language: str | None = None
     common_averages: dict[str, dict[str, float]] | None = None   # over the directions every model shares

@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--omit-lang-tag", action="store_true",
                    help="also evaluate the models trained with language tags without the tag (paper Table 8)")
     p.add_argument("--cll-layers", metavar="SETS",
-                   help="train each CLL variant once per set of decoder layers with CLL (1-based, e.g. "
-                        "1-3,2-3,3), or 'sweep': paper Fig. 4's sets (layers removed from the bottom, then "
+                   help="train each CLL variant once per set of decoder layers with CLL (numbered from 0 as in "
+                        "model.cll_layers, e.g. 0-2,1-2,2), or 'sweep': paper Fig. 4's sets (layers removed from the bottom, then "
                         "from the top, down to one); the report is <condition>-cll-layers.md with BLEU "
                         "against the number of CLL layers")
     add_lid_arguments(p)

@@ -96,21 +96,23 @@ def plan_runs(condition: str, variants: list[str], settings: str, recipes_dir: P
 
 
 def cll_layer_sets(text: str, decoder_layers: int) -> list[tuple[int, ...]]:
-    """``--cll-layers``: 1-based decoder layer sets written ``1-3,2-3,3`` (a range or one layer
-    each), or ``sweep``: paper Fig. 4's, every layer, then the lowest removed one at a time down
-    to the top one alone, then the highest removed down to the bottom one alone."""
+    """``--cll-layers``: decoder layer sets numbered from 0, as ``model.cll_layers`` numbers them,
+    written ``0-2,1-2,2`` (a range or one layer each), or ``sweep``: paper Fig. 4's, every layer,
+    then the lowest removed one at a time down to the top one alone, then the highest removed down
+    to the bottom one alone (the figure counts layers from 1)."""
     d = decoder_layers
     if text == "sweep":
-        return ([tuple(range(1, d + 1))] + [tuple(range(k, d + 1)) for k in range(2, d + 1)]
-                + [tuple(range(1, k + 1)) for k in range(d - 1, 0, -1)])
+        return ([tuple(range(d))] + [tuple(range(k, d)) for k in range(1, d)]
+                + [tuple(range(k)) for k in range(d - 1, 0, -1)])
     sets = []
     for item in csv_list(text):
         first, _, last = item.partition("-")
-        if not (first.isdigit() and (last or first).isdigit() and 1 <= int(first) <= int(last or first) <= d):
-            raise ValueError(f"--cll-layers {text}: {item!r} is not a layer or a range a-b of layers 1..{d}")
+        if not (first.isdigit() and (last or first).isdigit() and 0 <= int(first) <= int(last or first) < d):
+            raise ValueError(f"--cll-layers {text}: {item!r} is not a layer or a range a-b of layers 0..{d - 1} "
+                             "(numbered from 0, as model.cll_layers)")
         sets.append(tuple(range(int(first), int(last or first) + 1)))
     if not sets or len(set(sets)) != len(sets):
-        raise ValueError(f"--cll-layers {text}: give distinct layer sets, e.g. 1-{d},{d}")
+        raise ValueError(f"--cll-layers {text}: give distinct layer sets, e.g. 0-{d - 1},{d - 1}")
     return sets
 
 
@@ -127,7 +129,7 @@ def layer_sweep(name: str, recipe: Path, overrides: list[str], spec: str | None)
     residual = ([f"model.residual_sublayer={cfg.residual_sublayer}", f"model.residual_layer={cfg.residual_layer}"]
                 if cfg.residual_sublayer else [])
     return [(f"{name} cll{layers[0]}" + (f"-{layers[-1]}" if len(layers) > 1 else ""),
-             ["model.variant=custom", f"model.cll_layers=[{','.join(str(i - 1) for i in layers)}]", *residual])
+             ["model.variant=custom", f"model.cll_layers=[{','.join(map(str, layers))}]", *residual])
             for layers in cll_layer_sets(spec, cfg.decoder_layers)]
 
 
