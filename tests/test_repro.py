@@ -639,6 +639,19 @@ def test_committed_reports_are_rewritten_byte_identically_from_their_records(tmp
         assert path.name == report.name and not differ, (report, differ)
 
 
+def test_a_file_the_committed_report_lacks_counts_as_a_difference(tmp_path):
+    """A report committed before a kind of per-split JSON existed (the significance files) is
+    said to differ from today's, by that file's name, instead of stopping the comparison."""
+    import shutil
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from rewrite_reports import rewrite
+    committed = tmp_path / "committed"
+    shutil.copytree(ROOT / "docs" / "results" / "table6-row2", committed)
+    (committed / "centered-diagnostics" / "test_2016_flickr_significance.json").unlink()
+    _, differ = rewrite(committed / "centered-diagnostics.md", tmp_path / "scratch")
+    assert differ == ["test_2016_flickr_significance.json"]
+
+
 # -- issue 51 (class D): cll-repro and its report script check what they are given first ----------
 
 def test_what_a_study_cannot_do_is_refused_before_anything_trains(multi30k, tmp_path, capsys):
