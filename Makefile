@@ -47,7 +47,7 @@ test-fast: env
 	$(PY) -m pytest -q $(XDIST) -m "not integration"
 
 bench-stream: env
-	$(PY) bench/bench_stream.py --multi30k $(MULTI30K)
+	$(PY) bench/bench_stream.py --corpus $(MULTI30K)
 
 bench-model: env
 	$(PY) bench/bench_model.py

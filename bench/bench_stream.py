@@ -1,7 +1,7 @@
 """Throughput and memory of the training stream (ShardStream) on Multi30k and on a synthetic
 corpus 10x larger, measured side by side in one run.
 
-    python bench/bench_stream.py --multi30k ../shared/data/multi30k [--out bench/out]
+    python bench/bench_stream.py --corpus ../shared/data/multi30k [--out bench/out]
 
 Prints rows/s, tokens/s, padding ratio and resident memory: after the imports (python, torch,
 pyarrow), its peak while reading at least a whole epoch, and the difference (the reader's own), and the ratio of the stream's target tokens/s to what a
@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cll_scale.core.cli import add_alias  # noqa: E402
 from cll_scale.core.errors import run_guarded  # noqa: E402
 from cll_scale.data.corpora import read_multiway  # noqa: E402
 
@@ -88,7 +89,7 @@ print(json.dumps({"rows": rows, "seconds": dt, "rows_per_s": rows / dt, "tgt_tok
 def build(args, name: str, source: Path, spm_model: str | None = None) -> Path:
     out = Path(args.out) / name
     if not (out / "manifest.json").exists():
-        cmd = [sys.executable, "-m", "data_tools", "build", "--input", str(source), "--out", str(out),
+        cmd = [sys.executable, "-m", "data_tools", "build", "--corpus", str(source), "--out", str(out),
                "--condition", "centered", "--overwrite"]
         if spm_model:
             cmd += ["--spm-model", spm_model]
@@ -127,7 +128,8 @@ def measure(shards: Path, seconds: float, max_tokens: int) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--corpus", default=str(ROOT.parent / "shared" / "data" / "multi30k"), help="the Multi30k directory")
+    add_alias(p, "--multi30k", "--corpus", dest="corpus")
     p.add_argument("--out", default=str(ROOT / "bench" / "out"))
     p.add_argument("--factor", type=int, default=10)
     p.add_argument("--seconds", type=float, default=5.0, help="minimum measuring time (and >= 1 epoch)")
@@ -138,11 +140,11 @@ def main(argv=None) -> int:
 
 
 def bench(args) -> int:
-    # The corpus is checked before anything is built: a wrong --multi30k is one line, not the
+    # The corpus is checked before anything is built: a wrong --corpus is one line, not the
     # traceback of the shard build's subprocess.
-    read_multiway(args.multi30k, langs=["en", "de", "fr", "cs"])
-    base = build(args, "multi30k", Path(args.multi30k))
-    synth = synthetic_corpus(Path(args.multi30k), Path(args.out) / f"synthetic-x{args.factor}-text", args.factor)
+    read_multiway(args.corpus, langs=["en", "de", "fr", "cs"])
+    base = build(args, "multi30k", Path(args.corpus))
+    synth = synthetic_corpus(Path(args.corpus), Path(args.out) / f"synthetic-x{args.factor}-text", args.factor)
     big = build(args, f"synthetic-x{args.factor}", synth, spm_model=str(base / "spm.model"))
     results = {"multi30k": measure(base, args.seconds, args.batch_tokens),
                f"synthetic x{args.factor}": measure(big, args.seconds, args.batch_tokens)}

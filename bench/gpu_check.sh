@@ -42,7 +42,7 @@ fi
 export DS_ACCELERATOR=${DS_ACCELERATOR:-cuda}
 SHARDS=${SHARDS:-data/shards/multi30k-centered}
 if [ ! -f "$SHARDS/manifest.json" ]; then
-  $PY -m data_tools build --input "${MULTI30K:-../shared/data/multi30k}" --condition centered --out "$SHARDS" \
+  $PY -m data_tools build --corpus "${MULTI30K:-../shared/data/multi30k}" --condition centered --out "$SHARDS" \
     > "$OUT_DIR/shards.log" 2>&1 || { echo "no shards and none could be built (see shards.log)" >&2; exit 2; }
 fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT_DIR/gpu.txt" 2>&1
@@ -86,7 +86,7 @@ if [ "$PARTS" = study ]; then
   STUDY=/tmp/cll-gpu-study
   step study 560 $PY -m cll_scale.repro --condition triangle --variants baseline,fcll,sd,sd_attn --seeds 1,2,3 \
     --steps-per-model 4200 --minutes-per-model 3 --parallel 6 --splits test_2016_flickr --ablate-lsl \
-    --multi30k "${MULTI30K:-../shared/data/multi30k}" --shards-root "$(dirname "${TRIANGLE_SHARDS:-runs/study/shards/multi30k-triangle}")" \
+    --corpus "${MULTI30K:-../shared/data/multi30k}" --shards-root "$(dirname "${TRIANGLE_SHARDS:-runs/study/shards/multi30k-triangle}")" \
     --runs-root "$STUDY/runs" --out "$STUDY/results" --lid-workers 12
   # the report, every model's record (metrics, configs, export manifests: no weights), the cached
   # evaluations and the hypotheses; copied into docs/results, a later cll-repro reuses them all
@@ -100,7 +100,7 @@ if [ "$PARTS" = paper ]; then
   PAPER=/tmp/cll-gpu-paper
   step paper 570 $PY -m cll_scale.repro --condition triangle --settings paper --variants baseline,fcll,sd,sd_attn \
     --seeds 1 --steps-per-model 4000 --minutes-per-model 5 --parallel 4 --splits test_2016_flickr --ablate-lsl \
-    --multi30k "${MULTI30K:-../shared/data/multi30k}" --shards-root "$(dirname "${TRIANGLE_SHARDS:-runs/study/shards/multi30k-triangle}")" \
+    --corpus "${MULTI30K:-../shared/data/multi30k}" --shards-root "$(dirname "${TRIANGLE_SHARDS:-runs/study/shards/multi30k-triangle}")" \
     --runs-root "$PAPER/runs" --out "$PAPER/results" --lid-workers 12
   tar czf "$OUT_DIR/paper_results.tgz" -C "$PAPER/results" . 2>/dev/null
 fi

@@ -1,9 +1,9 @@
 """``cll-shards``: build, inspect and verify shard directories.
 
-    cll-shards build --input ../shared/data/multi30k --condition centered --out data/shards/multi30k-centered
-    cll-shards build --input ../shared/data/multi30k --condition triangle --langs de,fr,cs --out data/shards/multi30k-triangle
-    cll-shards build --format opus100 --input opus-100-corpus --out data/opus100
-    cll-shards build --format hf --input Helsinki-NLP/opus-100 --pairs de-en,en-fr,de-fr --out data/opus-hf
+    cll-shards build --corpus ../shared/data/multi30k --condition centered --out data/shards/multi30k-centered
+    cll-shards build --corpus ../shared/data/multi30k --condition triangle --langs de,fr,cs --out data/shards/multi30k-triangle
+    cll-shards build --format opus100 --corpus opus-100-corpus --out data/opus100
+    cll-shards build --format hf --corpus Helsinki-NLP/opus-100 --pairs de-en,en-fr,de-fr --out data/opus-hf
     cll-shards inspect data/shards/multi30k-centered
     cll-shards verify data/shards/multi30k-centered
     cll-shards download multi30k --out data/raw/multi30k
@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cll_scale.core.cli import add_config_arguments, add_debug_argument, finite_float, non_negative_int, plain_text
+from cll_scale.core.cli import (add_alias, add_config_arguments, add_debug_argument, finite_float, non_negative_int,
+                                plain_text)
 from cll_scale.core.errors import run_guarded
 from cll_scale.data.shards import BuildConfig
 from data_tools.commands import (cmd_build, cmd_download, cmd_inspect, cmd_synth, cmd_verify,  # noqa: F401
@@ -29,7 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_debug_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="corpus -> SentencePiece model + Arrow shards + manifest")
-    b.add_argument("--input", required=True, help="corpus directory, or a hub dataset name with --format hf")
+    b.add_argument("--corpus", help="corpus directory, or a hub dataset name with --format hf (required)")
+    add_alias(b, "--input", "--corpus", dest="corpus")
     b.add_argument("--format", choices=FORMATS, default="auto", help="the corpus's layout (default: auto, from its files)")
     b.add_argument("--condition", help="multi-way: centered (default), triangle, square, cycle (one-way, any number of languages), or directions "
                    "'de-fr,fr-cs'; pair corpora: all (default) or a list of directions to train on")

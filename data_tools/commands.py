@@ -21,17 +21,19 @@ def _csv(text: str | None) -> list[str] | None:
 
 
 def read_corpus(args) -> object:
-    fmt = detect_format(args.input) if args.format == "auto" else args.format
+    if args.corpus is None:     # not argparse's required: its old spelling --input is read too
+        raise ValueError("cll-shards build needs --corpus: a corpus directory, or a hub dataset name with --format hf")
+    fmt = detect_format(args.corpus) if args.format == "auto" else args.format
     langs, allow = _csv(args.langs), frozenset(args.allow_lang or ())
     if fmt == "multiway":
-        return read_multiway(args.input, args.condition or "centered", langs, args.central, allow)
+        return read_multiway(args.corpus, args.condition or "centered", langs, args.central, allow)
     if args.central:
         raise CorpusError(f"--central applies to multi-way input; a {fmt} corpus declares its own pairs")
     if fmt == "opus100":
-        return read_opus100(args.input, langs, args.condition, allow)
+        return read_opus100(args.corpus, langs, args.condition, allow)
     if fmt == "parquet":
-        return read_parquet_dir(args.input, langs, args.condition, allow)
-    return read_hf_dataset(args.input, _csv(args.pairs), langs, args.condition, allow)
+        return read_parquet_dir(args.corpus, langs, args.condition, allow)
+    return read_hf_dataset(args.corpus, _csv(args.pairs), langs, args.condition, allow)
 
 
 def cmd_build(args) -> int:
@@ -48,7 +50,7 @@ def cmd_build(args) -> int:
                   + (f", built with {', '.join(settings)} (--overwrite rebuilds them with this command's settings)"
                      if settings else ""), file=sys.stderr)
             return 0
-    with shard_output(cfg, args.input, clock) as tmp:    # a refused --out costs no reading of the corpus
+    with shard_output(cfg, args.corpus, clock) as tmp:    # a refused --out costs no reading of the corpus
         if corpus is None:
             with clock.stage("scan"):            # line counts and the UTF-8 check of every input file
                 corpus = read_corpus(args)

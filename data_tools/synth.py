@@ -10,7 +10,7 @@ the whole pipeline can be measured at that shape without downloading the release
     <out>/opus-100-corpus/v1.0/supervised/<a>-<b>/opus.<a>-<b>-{train,dev,test}.{<a>,<b>}
     <out>/opus-100-corpus/v1.0/zero-shot/<a>-<b>/opus.<a>-<b>-test.{<a>,<b>}
 
-``cll-shards build --format opus100 --input <out>`` reads it like the real release.
+``cll-shards build --format opus100 --corpus <out>`` reads it like the real release.
 
 The text is made up, but it looks like text to the tools downstream:
   * each language writes in its own script (Latin, Cyrillic, Arabic, Han without spaces, ...) and

@@ -6,7 +6,7 @@ evaluation gave them), and the split and the on-target scores are computed by th
 under ``languages["langdetect"]``. Entries of format 2 are left as they are.
 
     .venv/bin/python scripts/fill_destinations.py docs/results/diagnostics-2/square-diagnostics \\
-        --multi30k ../shared/data/multi30k
+        --corpus ../shared/data/multi30k
 
 A cached entry does not name its model's languages or supervised directions: they are read from
 its scored directions (the languages they join, the directions scored as supervised), which is
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cll_scale.evaluation.report import ENTRY_FORMAT  # noqa: E402
+from cll_scale.core.cli import add_alias  # noqa: E402
 from cll_scale.core.jsonfiles import read_json_object  # noqa: E402
 from cll_scale.core.outputs import json_text, write_atomic  # noqa: E402
 from cll_scale.data.languages import Direction  # noqa: E402
@@ -97,11 +98,12 @@ def fill_report_folder(folder: Path, corpus: str, log=print) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folders", nargs="+", type=Path, help="report folders holding evaluated/ and hyps/")
-    p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"),
+    p.add_argument("--corpus", default=str(ROOT.parent / "shared" / "data" / "multi30k"),
                    help="the corpus the references are read from")
+    add_alias(p, "--multi30k", "--corpus", dest="corpus")
     args = p.parse_args(argv)
     for folder in args.folders:
-        print(f"{folder}: {fill_report_folder(folder, args.multi30k)} entries filled")
+        print(f"{folder}: {fill_report_folder(folder, args.corpus)} entries filled")
     return 0
 
 

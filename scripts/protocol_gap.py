@@ -16,7 +16,7 @@ and, the other way round, the decoding measured on the test split as well (test 
 test beam 4). Every number comes from cll-eval's own results (cll_scale.evaluate), so the
 definitions are the reports'.
 
-    python scripts/protocol_gap.py --model runs/x/export-best --multi30k ../shared/data/multi30k \\
+    python scripts/protocol_gap.py --model runs/x/export-best --corpus ../shared/data/multi30k \\
         --out docs/results/protocol/x [--name NAME] [--sample 100] [--test test_2016_flickr] [--lid-workers 1]
 
 The five evaluations go under --out (each kept: a rerun reads them again instead of decoding).
@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from cll_scale import evaluate
+from cll_scale.core.cli import add_alias
 from cll_scale.data.manifest import Manifest
 from cll_scale.evaluation.report import EvalReport
 
@@ -85,7 +86,9 @@ def markdown(name: str, test: str, sample: int, steps: list[tuple[str, str, floa
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path, help="an export directory")
-    p.add_argument("--multi30k", required=True, help="the Multi30k directory")
+    p.add_argument("--corpus", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"),
+                   help="the Multi30k directory (default: ../shared/data/multi30k)")
+    add_alias(p, "--multi30k", "--corpus", dest="corpus")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--name", help="what the report calls the model (default: the export's path)")
     p.add_argument("--sample", type=int, default=100, help="validation's decode_sentences (default 100)")
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = {}
     for name, split, beam, first in RUNS:
         sentences = args.sample if first is None else first
-        reports[name] = evaluate_once(args.model, args.multi30k, args.test if split == "test" else split, beam,
+        reports[name] = evaluate_once(args.model, args.corpus, args.test if split == "test" else split, beam,
                                       sentences, zero_shot, args.out / name, args.lid_workers)
     steps = chain(reports)
     (args.out / "protocol.json").write_text(json.dumps(

@@ -61,7 +61,7 @@ if [ ! -f "$MULTI30K/train.en" ]; then
 fi
 SHARDS=$SHARDS_ROOT/multi30k-$CONDITION
 # --reuse: shards of this corpus and condition are kept, a directory of this name built otherwise is refused
-$PY -m data_tools build --reuse --input "$MULTI30K" --condition "$CONDITION" "${LANGS[@]}" --out "$SHARDS" \
+$PY -m data_tools build --reuse --corpus "$MULTI30K" --condition "$CONDITION" "${LANGS[@]}" --out "$SHARDS" \
     > "$RUNS/build.log"
 $PY -m data_tools verify "$SHARDS"
 $PY -m data_tools inspect "$SHARDS" | sed -n 1,5p
@@ -72,7 +72,7 @@ stage 2 "training Baseline and FCLL, each evaluated on the first $SENTENCES sent
 # shellcheck disable=SC2086
 $PY -m cll_scale.repro --condition "$CONDITION" --variants baseline,fcll "${BUDGET[@]}" \
     --precision "${QUICKSTART_PRECISION:-auto}" \
-    --multi30k "$MULTI30K" --shards-root "$SHARDS_ROOT" --runs-root "$RUNS/runs" --out "$RUNS/results" \
+    --corpus "$MULTI30K" --shards-root "$SHARDS_ROOT" --runs-root "$RUNS/runs" --out "$RUNS/results" \
     --splits test_2016_flickr --max-sentences "$SENTENCES" ${QUICKSTART_ARGS:-} > "$RUNS/report.log"
 
 stage 3 "summary"

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from cll_scale.evaluation.report import EvalReport, markdown  # noqa: E402
 from cll_scale.evaluation.scoring import averages  # noqa: E402
+from cll_scale.core.cli import add_alias  # noqa: E402
 from cll_scale.core.outputs import write_atomic  # noqa: E402
 from cll_scale.training.rundir import chosen_export  # noqa: E402
 from cll_scale.core.hardware import hardware  # noqa: E402
@@ -55,7 +56,7 @@ def sh(cmd: list[str]) -> None:
 
 def repro_command(args, condition: str) -> list[str]:
     return [PY, "-m", "cll_scale.repro", "--condition", condition, "--variants", args.variants,
-            "--steps-per-model", str(args.steps), "--multi30k", args.multi30k, "--shards-root", str(args.root / "shards"),
+            "--steps-per-model", str(args.steps), "--corpus", args.corpus, "--shards-root", str(args.root / "shards"),
             "--runs-root", str(args.root / "runs"), "--out", str(args.out), "--ablate-lsl"]
 
 
@@ -141,7 +142,7 @@ def backtranslation(args) -> None:
 
 def extension(args) -> None:
     shards = args.root / "shards" / "multi30k-en-de-fr"
-    sh([PY, "-m", "data_tools", "build", "--reuse", "--input", args.multi30k, "--condition", "centered",
+    sh([PY, "-m", "data_tools", "build", "--reuse", "--corpus", args.corpus, "--condition", "centered",
         "--langs", "en,de,fr", "--out", str(shards)])
     budget = Budget(steps=args.ext_pretrain_steps)
     parts = {}
@@ -152,7 +153,7 @@ def extension(args) -> None:
         parts[variant] = evaluation(out, args.split)
         if not parts[variant]:
             sh([PY, "-m", "cll_scale.extend", "--model", str(chosen_export(run)), "--data", str(shards), "--lang", "cs",
-                "--corpus", args.multi30k, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
+                "--corpus", args.corpus, "--pairs", "en-cs,cs-en", "--max-pairs", str(args.ext_pairs),
                 "--out", str(out), "--max-steps", str(args.ext_steps), "--eval-splits", args.split])
             parts[variant] = evaluation(out, args.split)
     tables = merged_table(parts, {"original": "", "+cs": " + cs"}, args.out / "extension",
@@ -189,7 +190,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--root", type=Path, default=ROOT / "runs" / "results")
     p.add_argument("--out", type=Path,
                    help="where the reports go (default: <root>/reports; the project's own reports: --out docs/results)")
-    p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--corpus", default=str(ROOT.parent / "shared" / "data" / "multi30k"), help="the Multi30k directory")
+    add_alias(p, "--multi30k", "--corpus", dest="corpus")
     p.add_argument("--variants", default="baseline,fcll", help="for the triangle and centered stages")
     p.add_argument("--steps", type=int, default=4200, help="training steps per model (triangle, centered)")
     p.add_argument("--split", default="test_2016_flickr", help="test set of the BT and extension tables")

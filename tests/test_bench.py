@@ -53,12 +53,12 @@ def test_bench_train_profiles_what_the_trainer_adds_at_tiny(m30k_centered, tmp_p
 
 
 def test_a_bench_given_a_wrong_corpus_or_device_ends_in_one_line(tmp_path, capsys):
-    """Issue 66: `bench_stream.py --multi30k /nonexistent` and `bench_decode.py --device cuda` on a
+    """Issue 66: `bench_stream.py --corpus /nonexistent` and `bench_decode.py --device cuda` on a
     machine without CUDA ended in tracebacks; they end as every command does, before any work."""
     import pytest
     import torch
     from bench import bench_decode, bench_model, bench_stream, bench_train
-    code = bench_stream.main(["--multi30k", str(tmp_path / "nonexistent"), "--out", str(tmp_path / "out")])
+    code = bench_stream.main(["--corpus", str(tmp_path / "nonexistent"), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and err == f"bench_stream: error: {tmp_path / 'nonexistent'}: not a directory\n"
     assert not (tmp_path / "out").exists()

@@ -50,7 +50,7 @@ def test_multi30k_centered_real_build(m30k_centered, multi30k):
 
 def test_triangle_build_and_inspect(multi30k, tmp_path, capsys):
     out = tmp_path / "tri"
-    code, stdout, _ = run_cli(main, ["build", "--input", str(multi30k), "--condition", "triangle",
+    code, stdout, _ = run_cli(main, ["build", "--corpus", str(multi30k), "--condition", "triangle",
                                      "--langs", "de,fr,cs", "--out", str(out)], capsys)
     assert code == 0
     m = Manifest.load(out)
@@ -77,7 +77,7 @@ def test_opus100_sample_builds(tmp_path, capsys):
     if not OPUS_SAMPLE.is_dir():
         pytest.skip("OPUS-100 sample missing")
     out = tmp_path / "opus"
-    code, _, err = run_cli(main, ["build", "--input", str(OPUS_SAMPLE), "--out", str(out),
+    code, _, err = run_cli(main, ["build", "--corpus", str(OPUS_SAMPLE), "--out", str(out),
                                   "--vocab-size", "400"], capsys)
     assert code == 0, err
     m = Manifest.load(out)
@@ -99,7 +99,7 @@ def test_parquet_in_hf_schema_builds(multi30k, tmp_path, capsys):
     root = tmp_path / "hf"
     _hf_corpus(root, multi30k)
     out = tmp_path / "out"
-    code, _, err = run_cli(main, ["build", "--input", str(root), "--out", str(out), "--vocab-size", "1000"], capsys)
+    code, _, err = run_cli(main, ["build", "--corpus", str(root), "--out", str(out), "--vocab-size", "1000"], capsys)
     assert code == 0, err
     m = Manifest.load(out)
     assert m.source["format"] == "parquet" and m.central_language == "en"
@@ -126,7 +126,7 @@ def test_hf_rows_with_wrong_fields_are_an_error(tmp_path, capsys):
     path = tmp_path / "hf" / "de-en" / "train-00000-of-00001.parquet"
     import pyarrow.parquet as pq
     pq.write_table(pa.table({"translation": [{"de": "a", "fr": "b"}]}), path)
-    code, _, err = run_cli(main, ["build", "--input", str(tmp_path / "hf"), "--out", str(tmp_path / "o")], capsys)
+    code, _, err = run_cli(main, ["build", "--corpus", str(tmp_path / "hf"), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "expected a 'translation' struct with fields ['de', 'en']" in err
     assert not (tmp_path / "o").exists()
 
@@ -217,7 +217,7 @@ def test_flipped_byte_fails_verify_naming_the_shard(small_multiway, tmp_path, ca
 
 def test_existing_output_is_refused_unless_overwrite(small_multiway, tmp_path, capsys):
     out = tmp_path / "o"
-    argv = ["build", "--input", str(small_multiway), "--out", str(out), "--vocab-size", "1200"]
+    argv = ["build", "--corpus", str(small_multiway), "--out", str(out), "--vocab-size", "1200"]
     assert run_cli(main, argv, capsys)[0] == 0
     first = (out / "manifest.json").read_text()
     code, _, err = run_cli(main, argv, capsys)
@@ -256,7 +256,7 @@ def test_overwrite_never_deletes_what_cll_shards_did_not_write(small_multiway, t
     before = {p: _tree(p) for p in (parent, victim)}
 
     def build(out, extra=()):
-        return run_cli(main, ["build", "--input", str(corpus), "--out", str(out), "--vocab-size", "1200",
+        return run_cli(main, ["build", "--corpus", str(corpus), "--out", str(out), "--vocab-size", "1200",
                               "--overwrite", *extra], capsys)
     code, _, err = build(corpus)                         # the corpus itself
     assert code == 2 and "is the input" in err
@@ -309,7 +309,7 @@ def test_an_output_that_cannot_be_written_is_named_by_out_before_the_corpus_is_r
     from cll_scale.core.errors import EXIT_FILES, EXIT_INPUT
 
     monkeypatch.chdir(tmp_path)
-    code, _, err = run_cli(main, ["build", "--input", "nosuch", "--out", "new/deep/x"], capsys)
+    code, _, err = run_cli(main, ["build", "--corpus", "nosuch", "--out", "new/deep/x"], capsys)
     assert code == EXIT_INPUT and "nosuch" in err and not (tmp_path / "new").exists()
 
     def no_reading(args):
@@ -323,7 +323,7 @@ def test_an_output_that_cannot_be_written_is_named_by_out_before_the_corpus_is_r
     if not os.access(readonly, os.W_OK):                 # root writes into a 0555 folder anyway
         refused["ro/x"] = f"{readonly}: Permission denied"
     for out, why in refused.items():
-        code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", out], capsys)
+        code, _, err = run_cli(main, ["build", "--corpus", str(small_multiway), "--out", out], capsys)
         assert code == EXIT_FILES and err == f"cll-shards: error: --out {out} cannot be written: {why}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "ro", "small"] and not any(readonly.iterdir())
 
@@ -355,7 +355,7 @@ def test_failed_build_leaves_nothing_and_keeps_the_old_output(small_multiway, tm
 def test_reusing_a_sentencepiece_model(m30k_centered, small_multiway, tmp_path, capsys):
     spm_path = m30k_centered / "spm.model"
     out = tmp_path / "o"
-    code, stdout, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out),
+    code, stdout, err = run_cli(main, ["build", "--corpus", str(small_multiway), "--out", str(out),
                                        "--spm-model", str(spm_path)], capsys)
     assert code == 0, err
     assert Manifest.load(out).tokenizer.sha256 == Manifest.load(m30k_centered).tokenizer.sha256
@@ -365,7 +365,7 @@ def test_reusing_a_sentencepiece_model(m30k_centered, small_multiway, tmp_path, 
     shutil.copytree(small_multiway, other)
     for f in other.glob("*.cs"):
         f.rename(f.with_suffix(".it"))
-    code, _, err = run_cli(main, ["build", "--input", str(other), "--out", str(tmp_path / "o2"),
+    code, _, err = run_cli(main, ["build", "--corpus", str(other), "--out", str(tmp_path / "o2"),
                                   "--spm-model", str(spm_path)], capsys)
     assert code == 2 and "<2it>" in err and not (tmp_path / "o2").exists()
 
@@ -422,7 +422,7 @@ def test_build_reuse_keeps_this_build_and_refuses_another(small_multiway, tmp_pa
     --reuse (what both use) a build of this corpus and condition is kept, saying which settings it
     was built with otherwise; one of other languages, order, directions or corpus is refused."""
     out = tmp_path / "shards"
-    args = ["build", "--reuse", "--input", str(small_multiway), "--condition", "triangle", "--out", str(out)]
+    args = ["build", "--reuse", "--corpus", str(small_multiway), "--condition", "triangle", "--out", str(out)]
     code, _, err = run_cli(main, [*args, "--langs", "de,fr,cs", "--vocab-size", "800"], capsys)
     assert code == 0 and (out / "manifest.json").is_file(), err
     built = (out / "manifest.json").stat().st_mtime_ns
@@ -452,7 +452,7 @@ def test_a_ring_built_without_langs_takes_the_papers_order_as_cll_repro_does(sma
         plain = read_multiway(small_multiway, condition)
         assert (plain.supervised, plain.zero_shot) == (repro.supervised, repro.zero_shot)
     out = tmp_path / "square"
-    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--condition", "square",
+    code, _, err = run_cli(main, ["build", "--corpus", str(small_multiway), "--condition", "square",
                                   "--vocab-size", "400", "--out", str(out)], capsys)
     assert code == 0, err
     assert sorted(Manifest.load(out).zero_shot) == ["cs-de", "de-cs", "en-fr", "fr-en"]
@@ -460,7 +460,7 @@ def test_a_ring_built_without_langs_takes_the_papers_order_as_cll_repro_does(sma
     other.mkdir()
     for lang in ("es", "it", "pt", "nl"):
         (other / f"train.{lang}").write_text("a\nb\n", encoding="utf-8")
-    code, _, err = run_cli(main, ["build", "--input", str(other), "--condition", "square", "--out",
+    code, _, err = run_cli(main, ["build", "--corpus", str(other), "--condition", "square", "--out",
                                   str(tmp_path / "o")], capsys)
     assert code == EXIT_INPUT and "pass --langs" in err and "the paper's is de,fr,cs,en" in err, err
 
@@ -480,7 +480,7 @@ def test_a_manifest_that_is_not_a_json_object_is_named_by_every_reader(m30k_cent
     assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
     code, _, err = run_cli(train_main, common(shards, tmp_path / "run", 2), capsys)
     assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
-    code, _, err = run_cli(main, ["build", "--input", str(tmp_path / "nowhere"), "--out", str(shards),
+    code, _, err = run_cli(main, ["build", "--corpus", str(tmp_path / "nowhere"), "--out", str(shards),
                                   "--overwrite"], capsys)
     assert code == EXIT_INPUT and named in err and "Traceback" not in err, err
     assert (shards / "manifest.json").read_text() == content
@@ -499,6 +499,6 @@ def test_sentencepiece_settings_are_refused_with_their_reason(small_multiway, tm
     saying what the setting means."""
     from cll_scale.core.errors import EXIT_INPUT
     out = tmp_path / "s"
-    code, _, err = run_cli(main, ["build", "--input", str(small_multiway), "--out", str(out), *flags], capsys)
+    code, _, err = run_cli(main, ["build", "--corpus", str(small_multiway), "--out", str(out), *flags], capsys)
     assert code == EXIT_INPUT and reason in err and "could not learn" not in err, err
     assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -123,7 +123,7 @@ def test_seeds_ports_and_hosts_are_checked_where_the_flag_is_named(tiny_export, 
         TrainConfig(seed=-1)
     from data_tools.cli import main as shards_main
     with pytest.raises(SystemExit) as exit_:
-        shards_main(["build", "--input", str(tmp_path), "--out", str(tmp_path / "o"), "--seed", "-1"])
+        shards_main(["build", "--corpus", str(tmp_path), "--out", str(tmp_path / "o"), "--seed", "-1"])
     assert exit_.value.code == EXIT_INPUT and "-1 is negative" in capsys.readouterr().err
 
 
@@ -181,9 +181,26 @@ def test_cll_shards_flags_come_from_the_build_config():
         if f.default is not dataclasses.MISSING:
             assert action.default == f.default
             assert f.default in (False, None) or f"(default: {f.default})" in action.help
-    args = parser.parse_args(["build", "--input", "x", "--out", "o", "--spm-type", "unigram", "--overwrite"])
+    args = parser.parse_args(["build", "--corpus", "x", "--out", "o", "--spm-type", "unigram", "--overwrite"])
     cfg = config_from_args(BuildConfig, args)
     assert (cfg.out_dir, cfg.model_type, cfg.overwrite, cfg.vocab_size) == ("o", "unigram", True, 8000)
+
+
+def test_a_corpus_is_named_by_corpus_in_every_command_and_the_old_spellings_still_read(capsys, monkeypatch):
+    """cll-shards build and cll-repro name the corpus they read --corpus, as cll-eval does; the
+    spellings of before (--input, --multi30k) are read as it with one notice, and a build without
+    a corpus is refused in one line."""
+    from cll_scale.repro.cli import build_parser as repro_parser
+    from data_tools.cli import build_parser as shards_parser
+    from data_tools.cli import main as shards_main
+    from cll_scale.core import compat
+    monkeypatch.setattr(compat, "_NOTICES", set())      # each notice is printed once a process
+    assert shards_parser().parse_args(["build", "--input", "x", "--out", "o"]).corpus == "x"
+    assert repro_parser().parse_args(["--condition", "triangle", "--multi30k", "m"]).corpus == "m"
+    err = capsys.readouterr().err
+    assert "--input is now --corpus" in err and "--multi30k is now --corpus" in err, err
+    assert shards_main(["build", "--out", "o"]) == 2
+    assert "cll-shards build needs --corpus" in capsys.readouterr().err
 
 
 def test_settings_that_moved_to_their_section_are_read_with_one_notice(capsys):
@@ -420,7 +437,7 @@ def test_shards_longer_than_the_models_positions_are_refused_at_start(small_mult
     from cll_scale.train import main
     from data_tools.cli import main as shards_main
     shards = tmp_path / "long"
-    code, _, err = run_cli(shards_main, ["build", "--input", str(small_multiway), "--vocab-size", "400",
+    code, _, err = run_cli(shards_main, ["build", "--corpus", str(small_multiway), "--vocab-size", "400",
                                          "--max-length", "3000", "--out", str(shards)], capsys)
     assert code == 0, err
     run = tmp_path / "run"

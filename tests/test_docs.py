@@ -156,7 +156,7 @@ def repo(tmp_path):
     (root / "docs" / "pic.png").write_bytes(b"png")
     (root / "docs" / "usage.md").write_text(
         "# Usage\n\n## The model and training: `cll-train`\n\n![pic](pic.png) [top](../README.md)\n"
-        "```bash\ncll-shards build --input ../shared/data/multi30k\n```\n", encoding="utf-8")
+        "```bash\ncll-shards build --corpus ../shared/data/multi30k\n```\n", encoding="utf-8")
     (root / "docs" / "results" / "README.md").write_text(
         "[study](study/) [usage](../usage.md#the-model-and-training-cll-train)\n", encoding="utf-8")
     (root / "README.md").write_text(

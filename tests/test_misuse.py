@@ -190,7 +190,7 @@ def test_demo_batch_refuses_references_of_another_length(tiny_export, tmp_path):
 # -- finding 10, 16: cll-repro -----------------------------------------------------------------------
 
 def test_repro_writes_outside_the_checkout_and_checks_its_arguments_first(multi30k, tmp_path, cmd, monkeypatch):
-    repro = ["cll_scale.repro", "--condition", "triangle", "--multi30k", multi30k]
+    repro = ["cll_scale.repro", "--condition", "triangle", "--corpus", multi30k]
     from cll_scale.repro.cli import build_parser
     defaults = build_parser().parse_args(["--condition", "triangle"])
     assert all(str(getattr(defaults, k)).startswith("runs/repro") for k in ("out", "runs_root", "shards_root"))

@@ -15,7 +15,7 @@ def test_the_chain_goes_from_the_validation_protocol_to_the_tests_one_step_at_a_
     corpus = head_corpus(multi30k, tmp_path / "corpus", lambda name: name.split(".")[-1] in ("de", "fr", "cs")
                          and name.startswith(("val.", "test_2016_flickr.")), lines=6)
     out = tmp_path / "out"
-    assert protocol_gap.main(["--model", str(export), "--multi30k", str(corpus), "--out", str(out),
+    assert protocol_gap.main(["--model", str(export), "--corpus", str(corpus), "--out", str(out),
                               "--sample", "3", "--lid-workers", "0"]) == 0
     reports = {name: EvalReport.load(out / name / "results.json") for name, *_ in protocol_gap.RUNS}
     rows = {name: {r.direction: r for r in rep.models["m"].directions} for name, rep in reports.items()}

@@ -156,7 +156,7 @@ def _file_size_limit(limit_bytes):
 @pytest.mark.integration
 def test_full_disk_during_shard_build_keeps_the_old_output(small_multiway, tmp_path):
     out = tmp_path / "shards"
-    cmd = [sys.executable, "-m", "data_tools", "build", "--input", str(small_multiway), "--out", str(out),
+    cmd = [sys.executable, "-m", "data_tools", "build", "--corpus", str(small_multiway), "--out", str(out),
            "--vocab-size", "1200"]
     assert subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True).returncode == 0
     before = (out / "manifest.json").read_bytes()

@@ -24,7 +24,7 @@ def test_repro_writes_the_report_and_resumes(multi30k, tmp_path):
     # the test runs beside others
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
             "--seeds", "1,2", "--parallel", "2",
-            "--steps-per-model", "10", "--multi30k", str(multi30k), "--shards-root", str(tmp_path / "shards"),
+            "--steps-per-model", "10", "--corpus", str(multi30k), "--shards-root", str(tmp_path / "shards"),
             "--runs-root", str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr",
             "--max-sentences", "4", "--beam", "1", "--set", "preset=tiny", "--set", "data.batch_tokens=1024",
             "--set", "valid.every=5", "--set", "valid.decode_sentences=3", "--precision", "fp32"]
@@ -180,7 +180,7 @@ def test_sigterm_to_repro_stops_its_trainings_with_a_checkpoint(multi30k, tmp_pa
     step and end, instead of training on alone with their run directories locked."""
     runs = tmp_path / "runs"
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "baseline,fcll",
-            "--parallel", "2", "--minutes-per-model", "10", "--multi30k", str(multi30k),
+            "--parallel", "2", "--minutes-per-model", "10", "--corpus", str(multi30k),
             "--shards-root", str(tmp_path / "shards"), "--runs-root", str(runs), "--out", str(tmp_path / "results"),
             "--set", "preset=tiny", "--set", "data.batch_tokens=1024", "--set", "train.ds_config=cpu_fp32.json",
             "--set", "valid.every=100000"]
@@ -603,7 +603,7 @@ def test_cll_layer_sets_follow_paper_fig4_and_keep_the_variants_encoder():
 @pytest.mark.integration
 def test_cll_layer_sweep_trains_each_set_and_draws_bleu_against_layers(multi30k, tmp_path):
     args = [sys.executable, "-m", "cll_scale.repro", "--condition", "triangle", "--variants", "fcll",
-            "--cll-layers", "sweep", "--steps-per-model", "4", "--multi30k", str(multi30k),
+            "--cll-layers", "sweep", "--steps-per-model", "4", "--corpus", str(multi30k),
             "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
             "--out", str(tmp_path / "results"), "--splits", "test_2016_flickr", "--max-sentences", "3",
             "--beam", "1", "--set", "preset=tiny", "--set", "data.batch_tokens=1024",
@@ -665,7 +665,7 @@ def test_what_a_study_cannot_do_is_refused_before_anything_trains(multi30k, tmp_
     shards = tmp_path / "shards" / "multi30k-triangle"
     build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]),
                  BuildConfig(out_dir=str(shards), vocab_size=800))
-    code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(corpus),
+    code = main(["--condition", "triangle", "--steps-per-model", "3", "--corpus", str(corpus),
                  "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
                  "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
                  "--max-sentences", "2", "--beam", "1", "--lid-workers", "0"])
@@ -674,7 +674,7 @@ def test_what_a_study_cannot_do_is_refused_before_anything_trains(multi30k, tmp_
                           f"(they have ") in err and "baseline, fcll would be evaluated on it" in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
     # so is a beam wider than the shards' vocabulary (800), which every model shares
-    code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(corpus),
+    code = main(["--condition", "triangle", "--steps-per-model", "3", "--corpus", str(corpus),
                  "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
                  "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
                  "--splits", "test_2016_flickr", "--beam", "801", "--lid-workers", "0"])
@@ -686,7 +686,7 @@ def test_what_a_study_cannot_do_is_refused_before_anything_trains(multi30k, tmp_
     from cll_scale.core.outputs import DirLock
     held = DirLock(tmp_path / "results" / "triangle", "cll-repro study").acquire()
     try:
-        code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(corpus),
+        code = main(["--condition", "triangle", "--steps-per-model", "3", "--corpus", str(corpus),
                      "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
                      "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
                      "--splits", "test_2016_flickr", "--beam", "1", "--lid-workers", "0"])
@@ -857,7 +857,7 @@ def test_progress_tells_a_finished_training_from_a_stopped_or_failed_one(tmp_pat
 def test_a_misspelled_set_key_is_found_before_the_shards_are_built(multi30k, tmp_path, capsys):
     """Issue 66: cll-repro built the shards, then the first cll-train said the --set key was unknown."""
     from cll_scale.repro.cli import main
-    code = main(["--condition", "triangle", "--steps-per-model", "3", "--multi30k", str(multi30k),
+    code = main(["--condition", "triangle", "--steps-per-model", "3", "--corpus", str(multi30k),
                  "--shards-root", str(tmp_path / "shards"), "--runs-root", str(tmp_path / "runs"),
                  "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--set", "optim.lrr=1e-3",
                  "--precision", "fp32"])
@@ -869,7 +869,7 @@ def test_a_misspelled_set_key_is_found_before_the_shards_are_built(multi30k, tmp
 def test_a_shard_directory_stands_only_for_its_own_corpus_and_condition(multi30k, tmp_path, capsys):
     """Issue 66: `--condition square` reused a `multi30k-square` built as the one-way 4-cycle (the
     name's meaning before 2026-12-05) and reported its 4 supervised and 8 zero-shot directions as
-    the square; `--multi30k /nonexistent` reused the shards and named a corpus never read."""
+    the square; `--corpus /nonexistent` reused the shards and named a corpus never read."""
     from cll_scale.data.corpora import read_multiway
     from cll_scale.data.shards import BuildConfig, build_shards
     from cll_scale.repro.cli import main
@@ -880,7 +880,7 @@ def test_a_shard_directory_stands_only_for_its_own_corpus_and_condition(multi30k
     common = ["--steps-per-model", "3", "--shards-root", str(tmp_path / "shards"), "--runs-root",
               str(tmp_path / "runs"), "--out", str(tmp_path / "results"), "--set", "preset=tiny", "--precision", "fp32",
               "--splits", "test_2016_flickr", "--lid-workers", "0"]
-    code, _, err = run_cli(main, ["--condition", "square", "--settings", "diagnostics", "--multi30k", str(corpus),
+    code, _, err = run_cli(main, ["--condition", "square", "--settings", "diagnostics", "--corpus", str(corpus),
                                   *common], capsys)
     assert code == 2 and f"{tmp_path / 'shards' / 'multi30k-square'} holds shards of another build (supervised " \
         "de-fr,fr-cs,cs-en,en-de, not " in err and "it cannot stand for condition square" in err, err
@@ -888,11 +888,11 @@ def test_a_shard_directory_stands_only_for_its_own_corpus_and_condition(multi30k
     # the triangle's shards of this corpus, asked of a corpus that is not there or of another one
     build_shards(read_multiway(corpus, "triangle", ["de", "fr", "cs"]),
                  BuildConfig(out_dir=str(tmp_path / "shards" / "multi30k-triangle"), vocab_size=800))
-    code, _, err = run_cli(main, ["--condition", "triangle", "--multi30k", str(tmp_path / "nonexistent"), *common],
+    code, _, err = run_cli(main, ["--condition", "triangle", "--corpus", str(tmp_path / "nonexistent"), *common],
                            capsys)
     assert code == 2 and f"cll-repro: error: {tmp_path / 'nonexistent'}: not a directory" in err, err
     other = head_corpus(multi30k, tmp_path / "other", lambda name: name.startswith("train."), lines=200)
-    code, _, err = run_cli(main, ["--condition", "triangle", "--multi30k", str(other), *common], capsys)
+    code, _, err = run_cli(main, ["--condition", "triangle", "--corpus", str(other), *common], capsys)
     assert code == 2 and f"(the corpus {corpus}, not {other})" in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()     # nothing trained
 

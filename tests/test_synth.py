@@ -231,7 +231,7 @@ def test_cll_shards_build_reads_a_synth_corpus(tmp_path, capsys):
     assert code == 0, err
     # Byte fallback needs 256 pieces, the language tags and every character: 800 fits these four
     # scripts (Han or Japanese alone would need more than 1,000).
-    code, table, err = run_cli(main, ["build", "--format", "opus100", "--input", str(corpus), "--out", str(shards),
+    code, table, err = run_cli(main, ["build", "--format", "opus100", "--corpus", str(corpus), "--out", str(shards),
                                       "--vocab-size", "800"], capsys)
     assert code == 0, err
     m = Manifest.load(shards)

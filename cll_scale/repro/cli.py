@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from cll_scale.core.cli import (add_debug_argument, add_lsl_argument, non_negative_float, non_negative_int, plain_text,
-                               positive_int, seed_list)
+from cll_scale.core.cli import (add_alias, add_debug_argument, add_lsl_argument, non_negative_float,
+                               non_negative_int, plain_text, positive_int, seed_list)
 from cll_scale.core.errors import run_guarded
 from cll_scale.core.resources import PACKAGE, shipped
 from cll_scale.evaluation.scoring import add_lid_arguments
@@ -34,8 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="step budget: every variant sees exactly the same batches (preferred)")
     p.add_argument("--minutes-per-model", type=non_negative_float, default=0.0,
                    help="time budget (default 90 when no step budget is given)")
-    p.add_argument("--multi30k", default=os.environ.get("MULTI30K", str(PACKAGE.parent.parent / "shared" / "data" / "multi30k")),
+    p.add_argument("--corpus", default=os.environ.get("MULTI30K", str(PACKAGE.parent.parent / "shared" / "data" / "multi30k")),
                    help="the Multi30k directory (default: $MULTI30K, else ../shared/data/multi30k)")
+    add_alias(p, "--multi30k", "--corpus", dest="corpus")
     p.add_argument("--shards-root", default="runs/repro/shards", help="where the shards go (default: runs/repro/shards)")
     p.add_argument("--runs-root", default="runs/repro/runs", help="where the runs go (default: runs/repro/runs)")
     p.add_argument("--recipes", default=str(shipped("recipes")), help="the recipes' directory (default: the shipped ones)")
@@ -62,10 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--omit-lang-tag", action="store_true",
                    help="also evaluate the models trained with language tags without the tag (paper Table 8)")
     p.add_argument("--cll-layers", metavar="SETS",
-                   help="train each CLL variant once per set of decoder layers with CLL (numbered from 0 as in "
-                        "model.cll_layers, e.g. 0-2,1-2,2), or 'sweep': paper Fig. 4's sets (layers removed from the bottom, then "
-                        "from the top, down to one); the report is <condition>-cll-layers.md with BLEU "
-                        "against the number of CLL layers")
+                   help="train each CLL variant once per set of decoder layers with CLL (numbered from 0, as "
+                        "model.cll_layers: e.g. 0-2,1-2,2), or 'sweep': paper Fig. 4's sets (layers removed from the "
+                        "bottom, then the top, down to one); the report <condition>-cll-layers.md has BLEU against them")
     add_lid_arguments(p)
     add_debug_argument(p)
     return p

@@ -80,20 +80,20 @@ def sh(cmd: list[str], what: str) -> None:
         raise StepFailed(what, code)
 
 
-def build_shards(condition: str, multi30k: str, shards: Path) -> None:
-    """The condition's shards of ``multi30k``: built, or kept where ``shards`` holds this very build
-    (:func:`~cll_scale.data.shards.kept_build` refuses one of another corpus or condition, and names
-    the settings of one built otherwise); the corpus is read first, so a wrong --multi30k is an
+def build_shards(condition: str, corpus: str, shards: Path) -> None:
+    """The condition's shards of ``corpus`` (the Multi30k directory): built, or kept where ``shards``
+    holds this very build (:func:`~cll_scale.data.shards.kept_build` refuses one of another corpus or condition, and names
+    the settings of one built otherwise); the corpus is read first, so a wrong --corpus is an
     error before anything trains."""
     langs = CONDITION_LANGS.get(condition)
-    settings = kept_build(read_multiway(multi30k, condition, langs.split(",") if langs else None),
+    settings = kept_build(read_multiway(corpus, condition, langs.split(",") if langs else None),
                           BuildConfig(out_dir=str(shards)))
     if settings is not None:
         if settings:
             print(f"[cll-repro] using the shards {shards}, built with {', '.join(settings)} (cll-repro builds "
                   f"with cll-shards' defaults)", file=sys.stderr)
         return
-    cmd = [sys.executable, "-m", "data_tools", "build", "--input", multi30k, "--condition", condition,
+    cmd = [sys.executable, "-m", "data_tools", "build", "--corpus", corpus, "--condition", condition,
            "--out", str(shards)]
     if langs:
         cmd += ["--langs", langs]

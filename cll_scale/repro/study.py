@@ -34,7 +34,7 @@ class Study:
     """Everything a ``cll-repro`` command asks, as typed values (paths absolute)."""
     condition: str
     variants: list[str]
-    multi30k: Path
+    corpus: Path                    # the Multi30k directory (--corpus)
     shards_root: Path
     runs_root: Path
     recipes: Path
@@ -126,7 +126,7 @@ class Reproduction:
             raise ValueError(f"--splits {','.join(missing)}: the shards {self.shards} have no such test split (they "
                              f"have {', '.join(tests) or 'none'}), and {', '.join(needed)} would be evaluated on it "
                              f"(nothing was trained or decoded); leave it out of --splits, or build the shards from a "
-                             f"corpus that has it (another --shards-root, --multi30k)")
+                             f"corpus that has it (another --shards-root, --corpus)")
 
     def settle(self, name: str) -> None:
         """Evaluate a trained model now, and keep its record: a sitting that ends while other
@@ -191,7 +191,7 @@ class Reproduction:
     def run(self) -> Path:
         self.check()
         s = self.study
-        build_shards(s.condition, str(s.multi30k), self.shards)
+        build_shards(s.condition, str(s.corpus), self.shards)
         self.check_splits()
         # One process a report: two studies of one name into one --out would interleave their
         # records and write the report over each other (its folder holds the lock, as a run's).
@@ -213,7 +213,7 @@ def study_of(args: argparse.Namespace, argv: list[str] | None) -> Study:
     path is made absolute."""
     command = "cll-repro " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     path = {name: Path(getattr(args, name)).resolve() for name in ("shards_root", "runs_root", "recipes", "out",
-                                                                   "multi30k")}
+                                                                   "corpus")}
     evaluation = EvalSettings(tuple(args.splits.split(",")), args.beam, args.max_sentences, args.ablate_lsl,
                               args.omit_lang_tag, tuple(args.lid))
     return Study(args.condition, csv_list(args.variants), evaluation=evaluation,
