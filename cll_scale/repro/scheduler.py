@@ -82,9 +82,9 @@ def sh(cmd: list[str], what: str) -> None:
 
 def build_shards(condition: str, corpus: str, shards: Path) -> None:
     """The condition's shards of ``corpus`` (the Multi30k directory): built, or kept where ``shards``
-    holds this very build (:func:`~cll_scale.data.shards.kept_build` refuses one of another corpus or condition, and names
-    the settings of one built otherwise); the corpus is read first, so a wrong --corpus is an
-    error before anything trains."""
+    holds this very build (:func:`~cll_scale.data.shards.kept_build` refuses one of another corpus or
+    condition, and names the settings of one built otherwise); the corpus is read first, so a wrong
+    --corpus is an error before anything trains."""
     langs = CONDITION_LANGS.get(condition)
     settings = kept_build(read_multiway(corpus, condition, langs.split(",") if langs else None),
                           BuildConfig(out_dir=str(shards)))
