@@ -52,7 +52,8 @@ setup(
     ],
     extras_require={
         "demo": ["gradio>=5.0", "gradio_client>=1.0"],
-        "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "psutil>=5.9", "transformers>=5", "playwright>=1.40"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "psutil>=5.9", "transformers>=5", "playwright>=1.40",
+                "tensorboard>=2.15"],   # log.tensorboard's test writes an event file
     },
     cmdclass={"build_py": BuildWithShippedFiles},
     entry_points={
