@@ -528,6 +528,23 @@ def test_a_rerun_with_another_set_is_refused_naming_each_difference(tmp_path):
     assert "another --runs-root" in str(err.value)
 
 
+def test_the_table6_row2_page_shows_what_its_script_reads_and_the_verdict_follows_the_reading(capsys):
+    """docs/results/table6-row2.md's table is the one scripts/table6_row2_table.py prints from the
+    committed reports, and its verdict is the rule written before training: the off-target falls
+    by more than twice the seed spread and the zero-shot BLEU rises, or the row does not hold."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from table6_row2_table import main, verdict
+    assert main([str(ROOT / "docs" / "results" / "table6-row2")]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].strip()
+    assert table.count("\n") == 9 and table in (ROOT / "docs" / "results" / "table6-row2.md").read_text()
+    centered = {"mean_off": 75.3, "mean_bleu": 0.64}
+    split = "test_2016_flickr"                      # the Baseline's bar there: 2 x 4.7 points
+    assert verdict("baseline", split, centered, {"mean_off": 65.8, "mean_bleu": 0.7}).endswith("holds in direction")
+    assert verdict("baseline", split, centered, {"mean_off": 66.0, "mean_bleu": 2.0}).endswith("does not hold")
+    assert verdict("baseline", split, centered, {"mean_off": 40.0, "mean_bleu": 0.6}).endswith("does not hold")
+    assert verdict("baseline", split, centered, None).startswith("not read yet")
+
+
 def test_study_table_averages_each_settings_seeds(tmp_path):
     """scripts/study_table.py puts the settings' seed reports side by side: per variant the mean ±
     sample std over its seeds, the LSL-off row after its model, the study's order whatever the
