@@ -21,8 +21,6 @@ def _csv(text: str | None) -> list[str] | None:
 
 
 def read_corpus(args) -> object:
-    if args.corpus is None:     # not argparse's required: its old spelling --input is read too
-        raise ValueError("cll-shards build needs --corpus: a corpus directory, or a hub dataset name with --format hf")
     fmt = detect_format(args.corpus) if args.format == "auto" else args.format
     langs, allow = _csv(args.langs), frozenset(args.allow_lang or ())
     if fmt == "multiway":
@@ -37,6 +35,8 @@ def read_corpus(args) -> object:
 
 
 def cmd_build(args) -> int:
+    if args.corpus is None:     # not argparse's required: its old spelling --input is read too
+        raise ValueError("cll-shards build needs --corpus: a corpus directory, or a hub dataset name with --format hf")
     clock, cfg = StageClock(), config_from_args(BuildConfig, args)
     corpus = None
     if args.reuse:
