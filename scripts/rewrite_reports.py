@@ -87,12 +87,14 @@ def rewrite(report: Path, scratch: Path, write: bool = False) -> tuple[Path, lis
                              f"finished run in {study.runs_root}: nothing to rewrite it from (were its records "
                              f"moved away?)")
         path = r.report()
+    outputs = [path, *sorted(r.figs.glob("*.json"))]
+
     def same(p: Path) -> bool:      # a file the committed report lacks (a newer kind of JSON) differs
         committed = report.parent / p.relative_to(scratch)
         return committed.is_file() and p.read_bytes() == committed.read_bytes()
-    differ = [p.name for p in [path, *sorted(r.figs.glob("*.json"))] if not same(p)]
+    differ = [p.name for p in outputs if not same(p)]
     if write:
-        for p in [path, *sorted(r.figs.glob("*.json"))]:
+        for p in outputs:
             shutil.copyfile(p, report.parent / p.relative_to(scratch))
     return path, differ
 

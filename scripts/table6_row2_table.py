@@ -8,7 +8,8 @@ The directions compared are the three that are zero-shot in both conditions (frâ
 deâ†’cs); the off-target rate is langdetect's (the paper's measure). The reading written before
 training: the Baseline's mean off-target on them falls from the centered model to the centered +
 cycle model by more than twice the seed spread, and its mean zero-shot BLEU rises. The spreads
-are the triangle's two seeds at 2,100 steps (``docs/results/triangle-diagnostics-2.md``): no
+are the triangle's two seeds at 2,100 steps, read from their reports as
+``scripts/diagnostics2_table.py`` reads them (``docs/results/triangle-diagnostics-2.md``): no
 centered model has a second seed, so they stand in for the centered ones (an approximation the
 page names).
 """
@@ -16,27 +17,42 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import lru_cache
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from diagnostics2_table import SEEDS, SPLITS, off_target  # noqa: E402
 
 from cll_scale.evaluation.report import EvalReport  # noqa: E402
 
 DIRECTIONS = ("fr-de", "cs-fr", "de-cs")
-SPLITS = ("test_2016_flickr", "test_2018_flickr")
 CONDITIONS = (("centered", "centered-diagnostics"), ("centered + cycle", "centered-cycle-diagnostics"))
-# |seed 1 - seed 2| of the triangle's zero-shot off-target at 2,100 steps, per variant and split
-SPREAD = {"baseline": {"test_2016_flickr": 4.7, "test_2018_flickr": 3.8},
-          "fcll": {"test_2016_flickr": 2.8, "test_2018_flickr": 0.8}}
+VARIANTS = tuple(SEEDS)         # baseline, fcll: the variants with a measured seed spread
+
+
+@lru_cache(maxsize=None)
+def seed_spread(variant: str) -> dict[str, float]:
+    """|seed 1 - seed 2| of the triangle's zero-shot off-target at 2,100 steps, per split, from the
+    committed reports."""
+    first, second = (off_target(ROOT / "docs" / "results", label) for label in SEEDS[variant])
+    return {split: abs(a - b) for split, a, b in zip(SPLITS, first, second)}
+
+
+@lru_cache(maxsize=None)
+def load(path: Path) -> EvalReport | None:
+    return EvalReport.load(path) if path.is_file() else None
 
 
 def compared(folder: Path, report: str, split: str, model: str) -> dict | None:
     """Off-target % and BLEU of ``model`` on each compared direction and their means; None when the
     report or the model is not there yet."""
-    path = folder / report / f"{split}.json"
-    if not path.is_file():
+    loaded = load(folder / report / f"{split}.json")
+    if loaded is None:
         return None
-    entry = EvalReport.load(path).models.get(model)
+    entry = loaded.models.get(model)
     if entry is None:
         return None
     by = {r.direction: r for r in entry.directions}
@@ -48,7 +64,7 @@ def compared(folder: Path, report: str, split: str, model: str) -> dict | None:
 def verdict(model: str, split: str, before: dict | None, after: dict | None) -> str:
     if before is None or after is None:
         return "not read yet: a model is not trained"
-    bar = 2 * SPREAD[model][split]
+    bar = 2 * seed_spread(model)[split]
     fall, rise = before["mean_off"] - after["mean_off"], after["mean_bleu"] - before["mean_bleu"]
     holds = fall > bar and rise > 0
     return (f"off-target falls {fall:+.1f} points (bar {bar:.1f}), zero-shot BLEU {rise:+.2f}: "
@@ -63,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
           + " | zero-shot off-target, their mean | zero-shot BLEU, their mean |")
     print("|---|---|" + "---:|" * (len(DIRECTIONS) + 2))
     rows = {}
-    for model in SPREAD:
+    for model in VARIANTS:
         for split in SPLITS:
             for label, report in CONDITIONS:
                 r = rows[label, model, split] = compared(args.folder, report, split, model)
@@ -72,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                          [f"{r['off'][d]:.1f}%" for d in DIRECTIONS] + [f"{r['mean_off']:.1f}%", f"{r['mean_bleu']:.2f}"])
                 print(f"| {name} | {split.split('_')[1]} | " + " | ".join(cells) + " |")
     print()
-    for model in SPREAD:
+    for model in VARIANTS:
         for split in SPLITS:
             print(f"{model}, {split}: " + verdict(model, split, rows["centered", model, split],
                                                    rows["centered + cycle", model, split]))
